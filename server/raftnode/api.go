@@ -1,0 +1,59 @@
+package raftnode
+
+import (
+	"errors"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// Errors returned by Node.
+var (
+	ErrNoLeader         = errors.New("tenure: no leader")
+	ErrTimeout          = errors.New("tenure: request timed out")
+	ErrStopped          = errors.New("tenure: server stopped")
+	ErrProposalDropped  = errors.New("tenure: proposal dropped")
+	ErrMemberNotFound   = errors.New("tenure: member not found")
+	ErrMemberExists     = errors.New("tenure: member ID already exists")
+	ErrPeerURLExists    = errors.New("tenure: Peer URLs already exists")
+	ErrLearnerNotReady  = errors.New("tenure: can only promote a learner member which is in sync with leader")
+	ErrNotLearner       = errors.New("tenure: can only promote a learner member")
+	ErrTooManyLearners  = errors.New("tenure: too many learner members in cluster")
+	ErrUnhealthyCluster = errors.New("tenure: unhealthy cluster")
+)
+
+// StateMachine is the deterministic state machine the node feeds. All calls
+// come from the node's single apply goroutine, in log order.
+type StateMachine interface {
+	// ApplyEntry stages the effects of one committed EntryNormal entry in b
+	// (an indexed batch: reads through b see earlier staged writes). It must be
+	// deterministic: no wall clock, randomness or map iteration order. Empty
+	// entries (raft's leader no-ops) are not passed.
+	ApplyEntry(b *pebble.Batch, index, term uint64, data []byte)
+	// Committed is called after the batch holding every entry staged since the
+	// previous call has been committed to Pebble: the state machine may now
+	// publish its new revision, answer waiting proposers and notify watchers.
+	Committed()
+	// Reload rebuilds all in-memory state from the store; called after a
+	// snapshot received from the leader has replaced the state-machine range.
+	Reload() error
+}
+
+// Member is one cluster member as MemberList reports it.
+type Member struct {
+	ID         uint64   `json:"id"`
+	Name       string   `json:"name"`
+	PeerURLs   []string `json:"peerURLs"`
+	ClientURLs []string `json:"clientURLs,omitempty"`
+	IsLearner  bool     `json:"isLearner,omitempty"`
+}
+
+// LeaderEvent reports a change of leader as this member sees it.
+type LeaderEvent struct {
+	Leader   uint64 // 0: no leader known
+	Term     uint64
+	IsLeader bool // this member is the leader
+}
+
+// ensure raftpb is referenced for implementers of this file's contracts.
+var _ = raftpb.EntryNormal

@@ -1,0 +1,16 @@
+// Package storage owns Tenure's single on-disk store: one Pebble database per
+// member holding the raft log, the raft hard state and all state-machine data.
+//
+// Contract:
+//   - Every key starts with one prefix byte from this package, so each owner
+//     (raftnode for the log, mvcc for keys and history, lease for leases, …)
+//     works in a disjoint key range and a snapshot is simply "every key at or
+//     above StateMachineStart".
+//   - Raft log and hard state are written with Sync before a message that
+//     depends on them leaves the member. State-machine batches may be written
+//     without sync: the synced raft log lets a restart re-apply them, and the
+//     applied index travels in the same batch as the state it covers
+//     (KeyAppliedIndex), so no entry is applied twice or skipped.
+//   - Big-endian fixed-width integers are used in keys so that byte order is
+//     numeric order.
+package storage
