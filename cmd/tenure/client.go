@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// clientFlagNames are the flags every client command takes; each can also
+// come from TENURE_<NAME>.
+var clientFlagNames = []string{"endpoints", "dial-timeout", "command-timeout", "write-out"}
+
+// globalFlags are the client commands' connection and output flags.
+type globalFlags struct {
+	endpoints      []string
+	dialTimeout    time.Duration
+	commandTimeout time.Duration
+	writeOut       string
+}
+
+// withClientFlags adds the client flags to a top-level client command (not
+// to the root, so that `tenure serve` does not accept them), and applies
+// their environment variables and checks before the command runs.
+func withClientFlags(a *app, g *globalFlags, cmd *cobra.Command) *cobra.Command {
+	pf := cmd.PersistentFlags()
+	pf.SortFlags = false
+	pf.Var(urlList{&g.endpoints}, "endpoints", "comma-separated gRPC endpoints (env TENURE_ENDPOINTS)")
+	g.endpoints = []string{"127.0.0.1:2379"}
+	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "dial timeout for client connections")
+	pf.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "timeout for short-running commands (excluding dial timeout)")
+	pf.StringVarP(&g.writeOut, "write-out", "w", "simple", "output format: simple or json")
+	cmd.PersistentPreRunE = func(c *cobra.Command, args []string) error {
+		if _, err := applyEnv(c.Flags(), clientFlagNames, a.env); err != nil {
+			return err
+		}
+		if g.writeOut != "simple" && g.writeOut != "json" {
+			return fmt.Errorf("--write-out: unsupported output format %q (want simple or json)", g.writeOut)
+		}
+		if len(g.endpoints) == 0 {
+			return fmt.Errorf("--endpoints: no endpoints given")
+		}
+		if g.dialTimeout <= 0 {
+			return fmt.Errorf("--dial-timeout: must be > 0, got %v", g.dialTimeout)
+		}
+		if g.commandTimeout <= 0 {
+			return fmt.Errorf("--command-timeout: must be > 0, got %v", g.commandTimeout)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// newClient connects to g.endpoints (or, if eps is given, to those).
+func (g *globalFlags) newClient(eps ...string) (*clientv3.Client, error) {
+	if len(eps) == 0 {
+		eps = g.endpoints
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints:   eps,
+		DialTimeout: g.dialTimeout,
+		Logger:      zap.NewNop(),
+	})
+}
+
+// commandCtx bounds a short-running command by --command-timeout.
+func (g *globalFlags) commandCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), g.commandTimeout)
+}
+
+// printer writes responses in the --write-out format.
+type printer struct {
+	w    io.Writer
+	json bool
+}
+
+func (g *globalFlags) printer(cmd *cobra.Command) *printer {
+	return &printer{w: cmd.OutOrStdout(), json: g.writeOut == "json"}
+}
+
+func (p *printer) printJSON(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(p.w, string(b))
+	return err
+}
+
+func (p *printer) kv(k, v []byte) {
+	fmt.Fprintln(p.w, string(k))
+	fmt.Fprintln(p.w, string(v))
+}
+
+// usageError makes an argument error; cobra's Args validators return it
+// before any connection is made.
+func usageError(format string, args ...any) error {
+	return fmt.Errorf(format, args...)
+}
+
+func trimLines(s string) string { return strings.TrimRight(s, "\n") }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// envPrefix starts every environment variable that sets a flag:
+// --initial-cluster ↔ TENURE_INITIAL_CLUSTER.
+const envPrefix = "TENURE_"
+
+// Exit codes.
+const (
+	exitOK     = 0
+	exitError  = 1 // a command failed (client commands, server stopped with an error)
+	exitConfig = 2 // `tenure serve` got a bad command line, environment or configuration
+)
+
+// app holds the process's outside world, so tests can supply their own.
+type app struct {
+	env     func(string) string // os.Getenv
+	environ func() []string     // os.Environ
+	stdin   io.Reader
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+func newApp() *app {
+	return &app{env: os.Getenv, environ: os.Environ, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+}
+
+// exitErr carries an exit code with an error.
+type exitErr struct {
+	code int
+	err  error
+}
+
+func (e *exitErr) Error() string { return e.err.Error() }
+func (e *exitErr) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitErr{code: code, err: err}
+}
+
+// execute runs the command line and returns the process exit code. Errors
+// are printed to stderr as "Error: <message>", one line per problem.
+func execute(a *app, args []string) int {
+	root := newRootCmd(a)
+	root.SetArgs(args)
+	err := root.Execute()
+	if err == nil {
+		return exitOK
+	}
+	code := exitError
+	var ee *exitErr
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	for _, line := range strings.Split(strings.TrimRight(err.Error(), "\n"), "\n") {
+		fmt.Fprintf(a.stderr, "Error: %s\n", line)
+	}
+	return code
+}
+
+func newRootCmd(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tenure",
+		Short: "Tenure: a Raft-replicated coordination service speaking the etcd v3 API",
+		Long: "Tenure is a Raft-replicated coordination service, wire-compatible with the etcd v3 API.\n\n" +
+			"`tenure serve` runs a member; the other commands are a client for humans, like etcdctl.\n" +
+			"Every flag of `tenure serve` and the client flags --endpoints, --dial-timeout,\n" +
+			"--command-timeout and --write-out can also be set by an environment variable\n" +
+			"TENURE_<FLAG_NAME> (e.g. TENURE_INITIAL_CLUSTER); a flag on the command line wins.",
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
+	}
+	root.SetIn(a.stdin)
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())
+	})
+
+	g := &globalFlags{}
+	root.AddCommand(
+		newServeCmd(a),
+		newVersionCmd(a),
+		withClientFlags(a, g, newGetCmd(a, g)),
+		withClientFlags(a, g, newPutCmd(a, g)),
+		withClientFlags(a, g, newDelCmd(a, g)),
+		withClientFlags(a, g, newWatchCmd(a, g)),
+		withClientFlags(a, g, newLeaseCmd(a, g)),
+		withClientFlags(a, g, newMemberCmd(a, g)),
+		withClientFlags(a, g, newEndpointCmd(a, g)),
+		withClientFlags(a, g, newCompactCmd(a, g)),
+	)
+	return root
+}
+
+// envName is the environment variable for a flag: TENURE_ + upper case,
+// '-' → '_'.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets each named flag not given on the command line from its
+// environment variable, if that is non-empty. A malformed value is an error
+// naming the variable. A variable shadowed by a command-line flag gives a
+// warning.
+func applyEnv(fs *pflag.FlagSet, names []string, env func(string) string) (warnings []string, err error) {
+	var errs []error
+	for _, name := range names {
+		key := envName(name)
+		v := env(key)
+		if v == "" {
+			continue
+		}
+		if fs.Changed(name) {
+			warnings = append(warnings, fmt.Sprintf("environment variable %s is ignored: --%s was given on the command line", key, name))
+			continue
+		}
+		if err := fs.Set(name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q: invalid value for --%s: %v", key, v, name, err))
+		}
+	}
+	return warnings, errors.Join(errs...)
+}
+
+// flagNames lists the flags of fs, in definition order.
+func flagNames(fs *pflag.FlagSet) []string {
+	var names []string
+	fs.SortFlags = false
+	fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
+	return names
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tenure-io/tenure/server"
+)
+
+// urlList is a comma-separated list flag. Each Set replaces the whole list
+// (as etcd's URL flags do); blanks around entries and empty entries are
+// dropped. Syntax is checked by Config.Validate, so that every problem is
+// reported at once, named by its flag.
+type urlList struct{ p *[]string }
+
+func (u urlList) String() string {
+	if u.p == nil {
+		return ""
+	}
+	return strings.Join(*u.p, ",")
+}
+
+func (u urlList) Set(s string) error {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	*u.p = out
+	return nil
+}
+
+func (u urlList) Type() string { return "urls" }
+
+// serveFlags holds what `tenure serve` parses before it becomes a Config.
+type serveFlags struct {
+	cfg         server.Config
+	heartbeatMs int64
+	electionMs  int64
+}
+
+// bindServeFlags defines etcd's flags, with defaults from server.DefaultConfig().
+func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
+	o := &serveFlags{cfg: server.DefaultConfig()}
+	c := &o.cfg
+	o.heartbeatMs = c.HeartbeatInterval.Milliseconds()
+	o.electionMs = c.ElectionTimeout.Milliseconds()
+	fs.SortFlags = false
+
+	fs.StringVar(&c.Name, "name", c.Name, "human-readable name for this member")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "path to the data directory (default \"<name>.tenure\")")
+	fs.Var(urlList{&c.ListenClientURLs}, "listen-client-urls", "comma-separated URLs to listen on for client traffic")
+	fs.Var(urlList{&c.AdvertiseClientURLs}, "advertise-client-urls", "comma-separated client URLs of this member to advertise to the cluster and clients")
+	fs.Var(urlList{&c.ListenPeerURLs}, "listen-peer-urls", "comma-separated URLs to listen on for peer traffic")
+	fs.Var(urlList{&c.InitialAdvertisePeerURLs}, "initial-advertise-peer-urls", "comma-separated peer URLs of this member to advertise to the rest of the cluster")
+	fs.StringVar(&c.InitialCluster, "initial-cluster", c.InitialCluster, "initial cluster configuration for bootstrapping, name=url[,name=url...] (default \"<name>=<each initial-advertise-peer-url>\")")
+	fs.StringVar(&c.InitialClusterState, "initial-cluster-state", c.InitialClusterState, "initial cluster state: new (all members present during bootstrap) or existing (join a running cluster)")
+	fs.StringVar(&c.InitialClusterToken, "initial-cluster-token", c.InitialClusterToken, "initial cluster token, unique per cluster during bootstrap")
+	fs.Int64Var(&o.heartbeatMs, "heartbeat-interval", o.heartbeatMs, "time (in milliseconds) of a heartbeat interval")
+	fs.Int64Var(&o.electionMs, "election-timeout", o.electionMs, "time (in milliseconds) for an election to time out; at least 5 × --heartbeat-interval, at most 50000")
+	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "number of committed transactions to trigger a snapshot to disk")
+	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "raise an alarm when the store exceeds this size in bytes (0 = default)")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "maximum client request size in bytes the server will accept (at most 64 MiB)")
+	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "maximum number of operations permitted in a transaction")
+	fs.Var(urlList{&c.ListenMetricsURLs}, "listen-metrics-urls", "comma-separated URLs to serve /metrics, /livez and /readyz on (in addition to the client URLs)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
+	return o
+}
+
+// finish applies environment variables to flags not given on the command
+// line, builds the Config, applies defaults and validates it. The warnings
+// (shadowed environment variables, Config.Warnings) come back even with an
+// error.
+func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.Config, []string, error) {
+	warnings, err := applyEnv(fs, flagNames(fs), env)
+	if err != nil {
+		return server.Config{}, warnings, err
+	}
+	cfg := o.cfg
+	cfg.HeartbeatInterval = time.Duration(o.heartbeatMs) * time.Millisecond
+	cfg.ElectionTimeout = time.Duration(o.electionMs) * time.Millisecond
+	// Slices are shared with the flag values; copy so the Config is independent.
+	for _, p := range []*[]string{&cfg.ListenClientURLs, &cfg.AdvertiseClientURLs, &cfg.ListenPeerURLs, &cfg.InitialAdvertisePeerURLs, &cfg.ListenMetricsURLs} {
+		*p = slices.Clone(*p)
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, warnings, err
+	}
+	return cfg, append(warnings, cfg.Warnings()...), nil
+}
+
+// parseServeConfig parses `tenure serve` arguments and environment (env is
+// os.Getenv or a test's map lookup) into a validated Config, with warnings.
+func parseServeConfig(args []string, env func(string) string) (server.Config, []string, error) {
+	fs := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o := bindServeFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return server.Config{}, nil, err
+	}
+	if fs.NArg() > 0 {
+		return server.Config{}, nil, fmt.Errorf("serve takes no arguments, got %q", fs.Args())
+	}
+	return o.finish(fs, env)
+}
+
+// unknownEnv lists TENURE_* variables in environ that no flag reads.
+func unknownEnv(environ []string, known map[string]bool) []string {
+	var ws []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, envPrefix) && !known[k] {
+			ws = append(ws, fmt.Sprintf("unrecognized environment variable %s", k))
+		}
+	}
+	return ws
+}
+
+func newServeCmd(a *app) *cobra.Command {
+	var o *serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a Tenure member",
+		Long: "Run a Tenure member. Flags have etcd's names and meanings; each can also be set by\n" +
+			"TENURE_<FLAG_NAME> (e.g. TENURE_INITIAL_CLUSTER), and a command-line flag wins.\n" +
+			"A bad configuration prints every problem and exits with status 2.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return withCode(exitConfig, fmt.Errorf("serve takes no arguments, got %q", args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, warnings, err := o.finish(cmd.Flags(), a.env)
+			if err != nil {
+				for _, w := range warnings {
+					fmt.Fprintf(a.stderr, "Warning: %s\n", w)
+				}
+				return withCode(exitConfig, err)
+			}
+			known := map[string]bool{}
+			for _, n := range flagNames(cmd.Flags()) {
+				known[envName(n)] = true
+			}
+			for _, n := range clientFlagNames {
+				known[envName(n)] = true
+			}
+			warnings = append(warnings, unknownEnv(a.environ(), known)...)
+
+			lg, err := server.NewLogger(cfg.LogLevel, cfg.LogFormat, a.stderr)
+			if err != nil {
+				return withCode(exitConfig, err)
+			}
+			cfg.Logger = lg
+			for _, w := range warnings {
+				lg.Warn(w)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if err := server.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
+				return withCode(exitError, err)
+			}
+			return nil
+		},
+	}
+	o = bindServeFlags(cmd.Flags())
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return withCode(exitConfig, fmt.Errorf("%w (see 'tenure serve --help')", err))
+	})
+	return cmd
+}
