@@ -1,0 +1,64 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-io/tenure/server/apply"
+	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/mvcc"
+	"github.com/tenure-io/tenure/server/raftnode"
+)
+
+var errMap = []struct {
+	err  error
+	grpc error
+}{
+	{raftnode.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	{raftnode.ErrTimeout, rpctypes.ErrGRPCTimeout},
+	{raftnode.ErrStopped, rpctypes.ErrGRPCStopped},
+	{raftnode.ErrProposalDropped, rpctypes.ErrGRPCTimeout},
+	{raftnode.ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
+	{raftnode.ErrMemberExists, rpctypes.ErrGRPCMemberExist},
+	{raftnode.ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
+	{raftnode.ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
+	{raftnode.ErrNotLearner, rpctypes.ErrGRPCMemberNotLearner},
+	{raftnode.ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
+	{raftnode.ErrUnhealthyCluster, rpctypes.ErrGRPCUnhealthy},
+	{apply.ErrTimeout, rpctypes.ErrGRPCTimeout},
+	{apply.ErrStopped, rpctypes.ErrGRPCStopped},
+	{apply.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{mvcc.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{lease.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
+	{lease.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+}
+
+// ToGRPC maps an internal error to the gRPC status etcd would return.
+func ToGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	for _, m := range errMap {
+		if errors.Is(err, m.err) {
+			return m.grpc
+		}
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, context.Canceled):
+		return rpctypes.ErrGRPCCanceled
+	}
+	return status.Error(codes.Unknown, err.Error())
+}

@@ -1,0 +1,464 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/tenure-io/tenure/server/apply"
+	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/mvcc"
+	"github.com/tenure-io/tenure/server/raftnode"
+)
+
+// Version is the etcd API version Tenure speaks; reported by Status so
+// etcd's tools and clients that parse it keep working.
+const Version = "3.7.3"
+
+// Node is what the edge needs from the raft node.
+type Node interface {
+	ReadIndex(ctx context.Context) error
+	Status() raftnode.Status
+	Members() []raftnode.Member
+	ID() uint64
+	ClusterID() uint64
+	AddMember(ctx context.Context, peerURLs []string, learner bool) (raftnode.Member, []raftnode.Member, error)
+	RemoveMember(ctx context.Context, id uint64) ([]raftnode.Member, error)
+	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]raftnode.Member, error)
+	PromoteMember(ctx context.Context, id uint64) ([]raftnode.Member, error)
+	TransferLeadership(ctx context.Context, to uint64) error
+}
+
+// Config wires the services.
+type Config struct {
+	Node            Node
+	Applier         *apply.Applier
+	KV              *mvcc.Store
+	Lessor          *lease.Lessor
+	DB              *pebble.DB
+	MaxTxnOps       int
+	MaxRequestBytes int
+	RequestTimeout  time.Duration
+	MinLeaseTTL     int64 // seconds; shorter grants are raised to it
+	Logger          *slog.Logger
+}
+
+// Server implements the etcd KV, Lease, Cluster and Maintenance services.
+type Server struct {
+	pb.UnimplementedKVServer
+	pb.UnimplementedLeaseServer
+	pb.UnimplementedClusterServer
+	pb.UnimplementedMaintenanceServer
+	cfg Config
+}
+
+// New builds the services.
+func New(cfg Config) *Server {
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Server{cfg: cfg}
+}
+
+// Register adds the services to g.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterKVServer(g, s)
+	pb.RegisterLeaseServer(g, s)
+	pb.RegisterClusterServer(g, s)
+	pb.RegisterMaintenanceServer(g, s)
+}
+
+// Header fills an etcd response header for revision rev.
+func (s *Server) Header(rev int64) *pb.ResponseHeader {
+	st := s.cfg.Node.Status()
+	return &pb.ResponseHeader{ClusterId: s.cfg.Node.ClusterID(), MemberId: s.cfg.Node.ID(), Revision: rev, RaftTerm: st.Term}
+}
+
+func (s *Server) fill(h **pb.ResponseHeader) {
+	rev := int64(0)
+	if *h != nil {
+		rev = (*h).Revision
+	}
+	if rev == 0 {
+		rev = s.cfg.KV.Rev()
+	}
+	*h = s.Header(rev)
+}
+
+func (s *Server) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.cfg.RequestTimeout)
+}
+
+// requireLeader fails fast, as etcd does, when the client asked for a leader
+// (clientv3.WithRequireLeader) and this member knows none.
+func (s *Server) requireLeader(ctx context.Context) error {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader {
+			if s.cfg.Node.Status().Leader == 0 {
+				return rpctypes.ErrGRPCNoLeader
+			}
+		}
+	}
+	return nil
+}
+
+// linearize waits until this member has applied everything committed when
+// the call began.
+func (s *Server) linearize(ctx context.Context) error {
+	if err := s.requireLeader(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	return ToGRPC(s.cfg.Node.ReadIndex(ctx))
+}
+
+func (s *Server) do(ctx context.Context, r *pb.InternalRaftRequest) (apply.Result, error) {
+	if err := s.requireLeader(ctx); err != nil {
+		return apply.Result{}, err
+	}
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	res := s.cfg.Applier.Do(ctx, r)
+	return res, ToGRPC(res.Err)
+}
+
+// ---- KV ----
+
+// Range serves reads: linearizable (default) after a ReadIndex barrier,
+// serializable from the local store.
+func (s *Server) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := checkRange(r); err != nil {
+		return nil, err
+	}
+	if !r.Serializable {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := s.cfg.KV.Range(r)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// Put proposes a put.
+func (s *Server) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := checkPut(r); err != nil {
+		return nil, err
+	}
+	res, err := s.do(ctx, &pb.InternalRaftRequest{Put: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Resp.(*pb.PutResponse)
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// DeleteRange proposes a delete.
+func (s *Server) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	if err := checkDelete(r); err != nil {
+		return nil, err
+	}
+	res, err := s.do(ctx, &pb.InternalRaftRequest{DeleteRange: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Resp.(*pb.DeleteRangeResponse)
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// Txn proposes a transaction; a read-only txn that asks for serializable
+// reads only is served locally.
+func (s *Server) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := checkTxn(r, s.cfg.MaxTxnOps); err != nil {
+		return nil, err
+	}
+	res, err := s.do(ctx, &pb.InternalRaftRequest{Txn: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Resp.(*pb.TxnResponse)
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// Compact proposes a compaction; with physical set it returns once the
+// compacted versions are gone from the store.
+func (s *Server) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	res, err := s.do(ctx, &pb.InternalRaftRequest{Compaction: r})
+	if err != nil {
+		return nil, err
+	}
+	if r.Physical {
+		wctx, cancel := s.timeout(ctx)
+		defer cancel()
+		if err := s.cfg.KV.WaitCompaction(wctx, r.Revision); err != nil {
+			return nil, ToGRPC(err)
+		}
+	}
+	resp := res.Resp.(*pb.CompactionResponse)
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// ---- Lease ----
+
+// LeaseGrant creates a lease. A TTL below the safe minimum (derived from the
+// election timeout) is raised to it and the response says what was granted.
+func (s *Server) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if r.TTL > lease.MaxTTL {
+		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	}
+	req := &pb.LeaseGrantRequest{TTL: r.TTL, ID: r.ID}
+	if req.TTL < s.cfg.MinLeaseTTL {
+		req.TTL = s.cfg.MinLeaseTTL
+	}
+	if req.ID == 0 {
+		req.ID = randomLeaseID()
+	}
+	res, err := s.do(ctx, &pb.InternalRaftRequest{LeaseGrant: req})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Resp.(*pb.LeaseGrantResponse)
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+func randomLeaseID() int64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		id := int64(binary.BigEndian.Uint64(b[:]) &^ (1 << 63))
+		if id != 0 {
+			return id
+		}
+	}
+}
+
+// LeaseRevoke revokes a lease and deletes its keys in one revision.
+func (s *Server) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	res, err := s.do(ctx, &pb.InternalRaftRequest{LeaseRevoke: r})
+	if err != nil {
+		return nil, err
+	}
+	resp := res.Resp.(*pb.LeaseRevokeResponse)
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// LeaseKeepAlive renews leases through raft; a lease that does not exist
+// answers TTL 0 (as etcd does). When no leader can be reached the stream
+// ends with an error instead of going silent.
+func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	ctx := stream.Context()
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.requireLeader(ctx); err != nil {
+			return err
+		}
+		rctx, cancel := s.timeout(ctx)
+		ttl, err := s.cfg.Applier.Renew(rctx, req.ID)
+		cancel()
+		switch {
+		case err == nil:
+		case errorsIsLeaseNotFound(err):
+			ttl = 0
+		default:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return ToGRPC(err)
+		}
+		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
+		s.fill(&resp.Header)
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+func errorsIsLeaseNotFound(err error) bool { return ToGRPC(err) == rpctypes.ErrGRPCLeaseNotFound }
+
+// LeaseTimeToLive reports a lease's granted and remaining TTL (-1 if absent).
+func (s *Server) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	if err := s.linearize(ctx); err != nil {
+		return nil, err
+	}
+	resp := &pb.LeaseTimeToLiveResponse{ID: r.ID, TTL: -1}
+	if l, ok := s.cfg.Lessor.Get(r.ID, r.Keys); ok {
+		resp.TTL = int64(math.Ceil(l.Remaining.Seconds()))
+		resp.GrantedTTL = l.TTL
+		resp.Keys = l.Keys
+	}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// LeaseLeases lists every lease.
+func (s *Server) LeaseLeases(ctx context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	if err := s.linearize(ctx); err != nil {
+		return nil, err
+	}
+	resp := &pb.LeaseLeasesResponse{}
+	for _, id := range s.cfg.Lessor.IDs() {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: id})
+	}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// ---- Cluster ----
+
+func toPBMembers(ms []raftnode.Member) []*pb.Member {
+	out := make([]*pb.Member, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, toPBMember(m))
+	}
+	return out
+}
+
+func toPBMember(m raftnode.Member) *pb.Member {
+	return &pb.Member{ID: m.ID, Name: m.Name, PeerURLs: m.PeerURLs, ClientURLs: m.ClientURLs, IsLearner: m.IsLearner}
+}
+
+// MemberList lists members (after a ReadIndex barrier when asked to be linearizable).
+func (s *Server) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	if r.Linearizable {
+		if err := s.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	resp := &pb.MemberListResponse{Members: toPBMembers(s.cfg.Node.Members())}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// MemberAdd adds a voter or a learner.
+func (s *Server) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	m, ms, err := s.cfg.Node.AddMember(ctx, r.PeerURLs, r.IsLearner)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	resp := &pb.MemberAddResponse{Member: toPBMember(m), Members: toPBMembers(ms)}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// MemberRemove removes a member (the leader too).
+func (s *Server) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	ms, err := s.cfg.Node.RemoveMember(ctx, r.ID)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	resp := &pb.MemberRemoveResponse{Members: toPBMembers(ms)}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// MemberUpdate changes a member's peer URLs.
+func (s *Server) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	ms, err := s.cfg.Node.UpdateMember(ctx, r.ID, r.PeerURLs)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	resp := &pb.MemberUpdateResponse{Members: toPBMembers(ms)}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// MemberPromote promotes a caught-up learner to voter.
+func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	ms, err := s.cfg.Node.PromoteMember(ctx, r.ID)
+	if err != nil {
+		return nil, ToGRPC(err)
+	}
+	resp := &pb.MemberPromoteResponse{Members: toPBMembers(ms)}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// ---- Maintenance ----
+
+// Status reports this member's view (etcdctl endpoint status).
+func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	st := s.cfg.Node.Status()
+	size := int64(s.cfg.DB.Metrics().DiskSpaceUsage())
+	resp := &pb.StatusResponse{
+		Version:          Version,
+		DbSize:           size,
+		DbSizeInUse:      size,
+		Leader:           st.Leader,
+		RaftIndex:        st.CommitIndex,
+		RaftTerm:         st.Term,
+		RaftAppliedIndex: st.AppliedIndex,
+		IsLearner:        st.IsLearner,
+		StorageVersion:   "3.7.0",
+	}
+	if st.Leader == 0 {
+		resp.Errors = append(resp.Errors, "no leader")
+	}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// Alarm lists alarms (none are raised yet: quota alarms come with [leases]).
+func (s *Server) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	resp := &pb.AlarmResponse{}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// Defragment compacts the storage engine's files.
+func (s *Server) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := s.cfg.DB.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
+		return nil, ToGRPC(err)
+	}
+	resp := &pb.DefragmentResponse{}
+	s.fill(&resp.Header)
+	return resp, nil
+}
+
+// MoveLeader transfers leadership to another voting member.
+func (s *Server) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	if err := s.cfg.Node.TransferLeadership(ctx, r.TargetID); err != nil {
+		return nil, ToGRPC(err)
+	}
+	resp := &pb.MoveLeaderResponse{}
+	s.fill(&resp.Header)
+	return resp, nil
+}

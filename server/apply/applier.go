@@ -1,0 +1,367 @@
+package apply
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/mvcc"
+)
+
+// Entry kinds (first byte of a raft entry's data).
+const (
+	KindEtcd            byte = 0x01
+	KindLeaseRenew      byte = 0x02
+	KindLeaseExpire     byte = 0x03
+	KindLeaseCheckpoint byte = 0x04
+)
+
+// Errors returned to proposers.
+var (
+	ErrRequestTooLarge = errors.New("tenure: request is too large")
+	ErrTimeout         = errors.New("tenure: request timed out")
+	ErrStopped         = errors.New("tenure: server stopped")
+)
+
+// Proposer hands data to raft (raftnode.Node).
+type Proposer interface {
+	Propose(ctx context.Context, data []byte) error
+	ID() uint64
+}
+
+// Notifier receives each published revision's events (watch.Hub).
+type Notifier interface {
+	Notify(rev int64, events []*mvccpb.Event)
+}
+
+// Result is what a proposer gets back once its entry is applied.
+type Result struct {
+	Resp proto.Message // *pb.PutResponse, *pb.TxnResponse, …; Header.Revision set
+	Err  error
+}
+
+type revEvents struct {
+	rev    int64
+	events []*mvccpb.Event
+}
+
+type staged struct {
+	id  uint64
+	res Result
+}
+
+// Config wires an Applier.
+type Config struct {
+	KV              *mvcc.Store
+	Lessor          *lease.Lessor
+	Hub             Notifier
+	DB              *pebble.DB // for Reload after a snapshot
+	MaxRequestBytes int
+	Logger          *slog.Logger
+}
+
+// Applier is the state machine (raftnode.StateMachine) and the proposal path.
+type Applier struct {
+	kv     *mvcc.Store
+	lessor *lease.Lessor
+	hub    Notifier
+	db     *pebble.DB
+	lg     *slog.Logger
+	maxReq int
+
+	node   Proposer
+	idBase uint64
+	idSeq  atomic.Uint64
+
+	mu    sync.Mutex
+	waits map[uint64]chan Result
+
+	// Staged by ApplyEntry, published by Committed (apply goroutine only).
+	stagedRes  []staged
+	stagedRevs []revEvents
+	lastRev    int64
+
+	appliedIndex atomic.Uint64
+	onApplied    func(index uint64) // test hook
+}
+
+// New builds an Applier. SetProposer must be called before Do.
+func New(cfg Config) *Applier {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Applier{
+		kv: cfg.KV, lessor: cfg.Lessor, hub: cfg.Hub, db: cfg.DB, lg: cfg.Logger,
+		maxReq: cfg.MaxRequestBytes, waits: map[uint64]chan Result{},
+	}
+}
+
+// SetProposer connects the raft node. Request ids are unique per member
+// (member id in the high bits) and per process start (time in the middle).
+func (a *Applier) SetProposer(p Proposer) {
+	a.node = p
+	a.idBase = (p.ID()&0xffff)<<48 | (uint64(time.Now().UnixMilli())&0xffffffffff)<<8
+}
+
+func (a *Applier) nextID() uint64 { return a.idBase + a.idSeq.Add(1) }
+
+// Do proposes an etcd request and waits for its result.
+func (a *Applier) Do(ctx context.Context, r *pb.InternalRaftRequest) Result {
+	id := a.nextID()
+	r.ID = id
+	r.Header = &pb.RequestHeader{ID: id}
+	body, err := proto.Marshal(r)
+	if err != nil {
+		return Result{Err: err}
+	}
+	return a.propose(ctx, id, append([]byte{KindEtcd}, body...))
+}
+
+// Renew proposes a keepalive for lease id and returns the TTL granted.
+func (a *Applier) Renew(ctx context.Context, leaseID int64) (int64, error) {
+	id := a.nextID()
+	data := make([]byte, 17)
+	data[0] = KindLeaseRenew
+	binary.BigEndian.PutUint64(data[1:], id)
+	binary.BigEndian.PutUint64(data[9:], uint64(leaseID))
+	res := a.propose(ctx, id, data)
+	if res.Err != nil {
+		return 0, res.Err
+	}
+	return res.Resp.(*pb.LeaseKeepAliveResponse).TTL, nil
+}
+
+func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
+	if a.maxReq > 0 && len(data) > a.maxReq+64 {
+		return Result{Err: ErrRequestTooLarge}
+	}
+	ch := make(chan Result, 1)
+	a.mu.Lock()
+	a.waits[id] = ch
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.waits, id)
+		a.mu.Unlock()
+	}()
+	if err := a.node.Propose(ctx, data); err != nil {
+		return Result{Err: err}
+	}
+	select {
+	case res := <-ch:
+		return res
+	case <-ctx.Done():
+		return Result{Err: ErrTimeout}
+	}
+}
+
+// ProposeRaw proposes an entry nobody waits for (leader-side lease decisions).
+func (a *Applier) ProposeRaw(ctx context.Context, data []byte) error {
+	return a.node.Propose(ctx, data)
+}
+
+// AppliedIndex is the index of the last entry this applier has staged.
+func (a *Applier) AppliedIndex() uint64 { return a.appliedIndex.Load() }
+
+// ApplyEntry implements raftnode.StateMachine.
+func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
+	a.appliedIndex.Store(index)
+	if len(data) == 0 {
+		return
+	}
+	switch data[0] {
+	case KindEtcd:
+		var r pb.InternalRaftRequest
+		if err := proto.Unmarshal(data[1:], &r); err != nil {
+			a.lg.Error("undecodable entry skipped", "index", index, "err", err)
+			return
+		}
+		res := a.applyEtcd(b, index, &r)
+		a.stage(r.ID, res)
+	case KindLeaseRenew:
+		if len(data) != 17 {
+			a.lg.Error("malformed lease renew entry", "index", index)
+			return
+		}
+		id := binary.BigEndian.Uint64(data[1:])
+		leaseID := int64(binary.BigEndian.Uint64(data[9:]))
+		ttl, err := a.lessor.Renew(b, index, leaseID)
+		a.stage(id, Result{Resp: &pb.LeaseKeepAliveResponse{ID: leaseID, TTL: ttl}, Err: err})
+	case KindLeaseExpire:
+		if len(data) < 9 || (len(data)-9)%8 != 0 {
+			a.lg.Error("malformed lease expire entry", "index", index)
+			return
+		}
+		decidedAt := binary.BigEndian.Uint64(data[1:])
+		for p := 9; p < len(data); p += 8 {
+			leaseID := int64(binary.BigEndian.Uint64(data[p:]))
+			if !a.lessor.ExpiryStillValid(leaseID, decidedAt) {
+				continue
+			}
+			n, _ := a.revokeLease(b, leaseID)
+			a.lg.Info("lease expired", "lease-id", fmt.Sprintf("%016x", leaseID), "deleted-keys", n)
+		}
+	case KindLeaseCheckpoint:
+		for p := 1; p+16 <= len(data); p += 16 {
+			a.lessor.Checkpoint(b, int64(binary.BigEndian.Uint64(data[p:])), int64(binary.BigEndian.Uint64(data[p+8:])))
+		}
+	default:
+		a.lg.Error("unknown entry kind skipped", "index", index, "kind", data[0])
+	}
+	if a.onApplied != nil {
+		a.onApplied(index)
+	}
+}
+
+func (a *Applier) stage(id uint64, res Result) {
+	if id != 0 {
+		a.stagedRes = append(a.stagedRes, staged{id, res})
+	}
+}
+
+func (a *Applier) end(t *mvcc.Txn) int64 {
+	rev, events := t.End()
+	if len(events) > 0 {
+		a.stagedRevs = append(a.stagedRevs, revEvents{rev, events})
+	}
+	if rev > a.lastRev {
+		a.lastRev = rev
+	}
+	return rev
+}
+
+func hdr(rev int64) *pb.ResponseHeader { return &pb.ResponseHeader{Revision: rev} }
+
+func (a *Applier) applyEtcd(b *pebble.Batch, index uint64, r *pb.InternalRaftRequest) Result {
+	switch {
+	case r.Put != nil:
+		t := a.kv.Begin(b, a.lessor)
+		resp, err := t.Put(r.Put)
+		rev := a.end(t)
+		if err != nil {
+			return Result{Err: err}
+		}
+		resp.Header = hdr(rev)
+		return Result{Resp: resp}
+	case r.DeleteRange != nil:
+		t := a.kv.Begin(b, a.lessor)
+		resp, err := t.DeleteRange(r.DeleteRange)
+		rev := a.end(t)
+		if err != nil {
+			return Result{Err: err}
+		}
+		resp.Header = hdr(rev)
+		return Result{Resp: resp}
+	case r.Txn != nil:
+		t := a.kv.Begin(b, a.lessor)
+		resp, err := t.Txn(r.Txn)
+		rev := a.end(t)
+		if err != nil {
+			return Result{Err: err}
+		}
+		resp.Header = hdr(rev)
+		return Result{Resp: resp}
+	case r.Compaction != nil:
+		t := a.kv.Begin(b, a.lessor)
+		err := t.Compact(r.Compaction.Revision)
+		rev := a.end(t)
+		if err != nil {
+			return Result{Err: err}
+		}
+		return Result{Resp: &pb.CompactionResponse{Header: hdr(rev)}}
+	case r.LeaseGrant != nil:
+		if err := a.lessor.Grant(b, index, r.LeaseGrant.ID, r.LeaseGrant.TTL); err != nil {
+			return Result{Err: err}
+		}
+		return Result{Resp: &pb.LeaseGrantResponse{Header: hdr(a.currentRev()), ID: r.LeaseGrant.ID, TTL: r.LeaseGrant.TTL}}
+	case r.LeaseRevoke != nil:
+		if _, err := a.revokeLease(b, r.LeaseRevoke.ID); err != nil {
+			return Result{Err: err}
+		}
+		return Result{Resp: &pb.LeaseRevokeResponse{Header: hdr(a.currentRev())}}
+	default:
+		return Result{Err: fmt.Errorf("tenure: unsupported request in entry %d", index)}
+	}
+}
+
+// revokeLease removes a lease and deletes its keys in one revision.
+func (a *Applier) revokeLease(b *pebble.Batch, id int64) (int, error) {
+	keys, err := a.lessor.Revoke(b, id)
+	if err != nil {
+		return 0, err
+	}
+	if len(keys) > 0 {
+		t := a.kv.Begin(b, a.lessor)
+		t.DeleteKeys(keys)
+		a.end(t)
+	}
+	return len(keys), nil
+}
+
+func (a *Applier) currentRev() int64 {
+	if a.lastRev > a.kv.Rev() {
+		return a.lastRev
+	}
+	return a.kv.Rev()
+}
+
+// Committed implements raftnode.StateMachine: the batch is in the store.
+func (a *Applier) Committed() {
+	if a.lastRev > a.kv.Rev() {
+		a.kv.Publish(a.lastRev)
+	}
+	if a.hub != nil {
+		for _, re := range a.stagedRevs {
+			a.hub.Notify(re.rev, re.events)
+		}
+	}
+	a.stagedRevs = a.stagedRevs[:0]
+	if len(a.stagedRes) > 0 {
+		a.mu.Lock()
+		for _, s := range a.stagedRes {
+			if ch, ok := a.waits[s.id]; ok {
+				ch <- s.res
+				delete(a.waits, s.id)
+			}
+		}
+		a.mu.Unlock()
+		a.stagedRes = a.stagedRes[:0]
+	}
+}
+
+// Reload implements raftnode.StateMachine: the store was replaced by a snapshot.
+func (a *Applier) Reload() error {
+	if err := a.kv.Reload(); err != nil {
+		return err
+	}
+	if err := a.lessor.Reload(a.db); err != nil {
+		return err
+	}
+	a.lastRev = a.kv.Rev()
+	return AttachLeases(a.kv, a.lessor)
+}
+
+// AttachLeases rebuilds the lessor's key attachments from the store.
+func AttachLeases(kv *mvcc.Store, l *lease.Lessor) error {
+	resp, err := kv.Range(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, KeysOnly: true})
+	if err != nil {
+		return err
+	}
+	for _, kv := range resp.Kvs {
+		if kv.Lease != 0 {
+			l.Attach(kv.Lease, kv.Key)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,23 @@
+// Package apply is the deterministic state machine's dispatcher and the
+// proposer's side of it.
+//
+// Entry format (raft entry data): one kind byte, then the payload.
+//   - KindEtcd: a proto-encoded etcdserverpb.InternalRaftRequest (Put,
+//     DeleteRange, Txn, Compaction, LeaseGrant, LeaseRevoke).
+//   - KindLeaseRenew: request id, lease id — every keepalive is replicated,
+//     so an acknowledged renewal survives any leader change.
+//   - KindLeaseExpire: the applied index at which the leader decided, then
+//     lease ids; a renewal applied after that index cancels the expiry.
+//   - KindLeaseCheckpoint: (lease id, remaining ms) pairs from the leader.
+//   - 0xFE is reserved for raftnode's own entries.
+//
+// The Applier implements raftnode.StateMachine: ApplyEntry stages effects in
+// the caller's batch and remembers results; Committed (after the batch is in
+// the store) publishes the revision, feeds the watch hub in revision order and
+// answers the proposers waiting on this member. Nothing in ApplyEntry reads a
+// clock or a random source, or iterates a map, so every member computes the
+// same state from the same log.
+//
+// Errors: ErrRequestTooLarge, ErrTimeout, ErrStopped; mvcc and lease errors
+// pass through unchanged for the API edge to map.
+package apply

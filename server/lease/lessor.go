@@ -1,0 +1,342 @@
+package lease
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+// Errors, mapped to etcd's gRPC errors at the API edge.
+var (
+	ErrLeaseNotFound    = errors.New("tenure: requested lease not found")
+	ErrLeaseExists      = errors.New("tenure: lease already exists")
+	ErrLeaseTTLTooLarge = errors.New("tenure: too large lease TTL")
+)
+
+// MaxTTL is etcd's upper bound on a lease TTL, in seconds.
+const MaxTTL = 9_000_000_000
+
+// Lease is a read-only copy of one lease's state.
+type Lease struct {
+	ID        int64
+	TTL       int64         // granted TTL, seconds
+	Remaining time.Duration // time left on this member's clock (leader: authoritative)
+	Keys      [][]byte
+}
+
+type item struct {
+	ttl         int64 // seconds
+	remainingMs int64 // last replicated remaining TTL
+	renewIndex  uint64
+	deadline    time.Time // monotonic; this member's estimate, authoritative on the leader
+	keys        map[string]struct{}
+}
+
+// Lessor holds every lease. Mutating methods are called from the apply
+// goroutine only (inside the apply batch); readers may call the accessors
+// from any goroutine.
+type Lessor struct {
+	mu       sync.RWMutex
+	leases   map[int64]*item
+	isLeader bool
+	now      func() time.Time
+	lg       *slog.Logger
+}
+
+// New loads every lease from db.
+func New(db storage.Iterable, lg *slog.Logger) (*Lessor, error) {
+	l := &Lessor{leases: map[int64]*item{}, now: time.Now, lg: lg}
+	if err := l.load(db); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetClock replaces the monotonic clock (tests).
+func (l *Lessor) SetClock(now func() time.Time) { l.now = now }
+
+func (l *Lessor) load(db storage.Iterable) error {
+	it, err := db.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{storage.PrefixLease},
+		UpperBound: []byte{storage.PrefixLease + 1},
+	})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	now := l.now()
+	leases := map[int64]*item{}
+	for it.First(); it.Valid(); it.Next() {
+		k, v := it.Key(), it.Value()
+		if len(k) != 9 || len(v) != 24 {
+			return fmt.Errorf("tenure: lease: corrupt record %x", k)
+		}
+		id := int64(binary.BigEndian.Uint64(k[1:]))
+		itm := &item{
+			ttl:         int64(binary.BigEndian.Uint64(v[0:])),
+			remainingMs: int64(binary.BigEndian.Uint64(v[8:])),
+			renewIndex:  binary.BigEndian.Uint64(v[16:]),
+			keys:        map[string]struct{}{},
+		}
+		itm.deadline = now.Add(time.Duration(itm.remainingMs) * time.Millisecond)
+		leases[id] = itm
+	}
+	l.mu.Lock()
+	l.leases = leases
+	l.mu.Unlock()
+	return it.Error()
+}
+
+// Reload re-reads all leases after a snapshot replaced the store. Key
+// attachments are rebuilt by the caller through Attach.
+func (l *Lessor) Reload(db storage.Iterable) error { return l.load(db) }
+
+func leaseKey(id int64) []byte { return storage.Key(storage.PrefixLease, storage.U64(uint64(id))) }
+
+func (l *Lessor) persist(b *pebble.Batch, id int64, it *item) {
+	var v [24]byte
+	binary.BigEndian.PutUint64(v[0:], uint64(it.ttl))
+	binary.BigEndian.PutUint64(v[8:], uint64(it.remainingMs))
+	binary.BigEndian.PutUint64(v[16:], it.renewIndex)
+	_ = b.Set(leaseKey(id), v[:], nil)
+}
+
+// Grant creates lease id with ttl seconds (apply goroutine).
+func (l *Lessor) Grant(b *pebble.Batch, index uint64, id, ttl int64) error {
+	if ttl > MaxTTL {
+		return ErrLeaseTTLTooLarge
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.leases[id]; ok {
+		return ErrLeaseExists
+	}
+	it := &item{ttl: ttl, remainingMs: ttl * 1000, renewIndex: index, keys: map[string]struct{}{}}
+	it.deadline = l.now().Add(time.Duration(ttl) * time.Second)
+	l.leases[id] = it
+	l.persist(b, id, it)
+	return nil
+}
+
+// Renew restarts lease id's TTL (apply goroutine) and returns the TTL.
+func (l *Lessor) Renew(b *pebble.Batch, index uint64, id int64) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	it, ok := l.leases[id]
+	if !ok {
+		return 0, ErrLeaseNotFound
+	}
+	it.remainingMs = it.ttl * 1000
+	it.renewIndex = index
+	it.deadline = l.now().Add(time.Duration(it.ttl) * time.Second)
+	l.persist(b, id, it)
+	return it.ttl, nil
+}
+
+// Checkpoint records remaining TTLs decided by the leader (apply goroutine).
+func (l *Lessor) Checkpoint(b *pebble.Batch, id, remainingMs int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	it, ok := l.leases[id]
+	if !ok {
+		return
+	}
+	if remainingMs < 0 {
+		remainingMs = 0
+	}
+	it.remainingMs = remainingMs
+	if !l.isLeader {
+		it.deadline = l.now().Add(time.Duration(remainingMs) * time.Millisecond)
+	}
+	l.persist(b, id, it)
+}
+
+// Revoke removes lease id and returns the keys attached to it, sorted, so
+// the caller deletes them in the same revision (apply goroutine).
+func (l *Lessor) Revoke(b *pebble.Batch, id int64) ([][]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	it, ok := l.leases[id]
+	if !ok {
+		return nil, ErrLeaseNotFound
+	}
+	delete(l.leases, id)
+	_ = b.Delete(leaseKey(id), nil)
+	keys := make([][]byte, 0, len(it.keys))
+	for k := range it.keys {
+		keys = append(keys, []byte(k))
+	}
+	sort.Slice(keys, func(i, j int) bool { return string(keys[i]) < string(keys[j]) })
+	return keys, nil
+}
+
+// ExpiryStillValid reports whether an expiry decided at decidedAt still holds:
+// the lease exists and was not renewed after the leader decided.
+func (l *Lessor) ExpiryStillValid(id int64, decidedAt uint64) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	it, ok := l.leases[id]
+	return ok && it.renewIndex <= decidedAt
+}
+
+// Exists, Attach and Detach implement mvcc.LeaseIndex.
+func (l *Lessor) Exists(id int64) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	_, ok := l.leases[id]
+	return ok
+}
+
+// Attach records that key is bound to lease id.
+func (l *Lessor) Attach(id int64, key []byte) {
+	l.mu.Lock()
+	if it, ok := l.leases[id]; ok {
+		it.keys[string(key)] = struct{}{}
+	}
+	l.mu.Unlock()
+}
+
+// Detach records that key is no longer bound to lease id.
+func (l *Lessor) Detach(id int64, key []byte) {
+	l.mu.Lock()
+	if it, ok := l.leases[id]; ok {
+		delete(it.keys, string(key))
+	}
+	l.mu.Unlock()
+}
+
+// Promote is called when this member becomes leader: every deadline becomes
+// now + the last replicated remaining TTL (never earlier than promised).
+func (l *Lessor) Promote() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	for _, it := range l.leases {
+		it.deadline = now.Add(time.Duration(it.remainingMs) * time.Millisecond)
+	}
+	l.isLeader = true
+}
+
+// Demote is called when this member stops being leader.
+func (l *Lessor) Demote() {
+	l.mu.Lock()
+	l.isLeader = false
+	l.mu.Unlock()
+}
+
+// IsLeader reports whether Promote is in effect.
+func (l *Lessor) IsLeader() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.isLeader
+}
+
+// Expired returns up to max leases whose deadline has passed, oldest first.
+func (l *Lessor) Expired(max int) []int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if !l.isLeader {
+		return nil
+	}
+	now := l.now()
+	type exp struct {
+		id int64
+		at time.Time
+	}
+	var out []exp
+	for id, it := range l.leases {
+		if !it.deadline.After(now) {
+			out = append(out, exp{id, it.deadline})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].at.Equal(out[j].at) {
+			return out[i].id < out[j].id
+		}
+		return out[i].at.Before(out[j].at)
+	})
+	if len(out) > max {
+		out = out[:max]
+	}
+	ids := make([]int64, len(out))
+	for i, e := range out {
+		ids[i] = e.id
+	}
+	return ids
+}
+
+// CheckpointDue returns (id, remaining ms) for every lease whose replicated
+// remaining TTL is more than slack above what the leader's clock says, so a
+// leader change would not extend it by more than slack.
+func (l *Lessor) CheckpointDue(slack time.Duration, max int) [][2]int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if !l.isLeader {
+		return nil
+	}
+	now := l.now()
+	var out [][2]int64
+	for id, it := range l.leases {
+		rem := it.deadline.Sub(now)
+		if rem < 0 {
+			rem = 0
+		}
+		if time.Duration(it.remainingMs)*time.Millisecond-rem > slack {
+			out = append(out, [2]int64{id, rem.Milliseconds()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	if len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+// Get returns a copy of lease id.
+func (l *Lessor) Get(id int64, withKeys bool) (Lease, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	it, ok := l.leases[id]
+	if !ok {
+		return Lease{}, false
+	}
+	rem := it.deadline.Sub(l.now())
+	if rem < 0 {
+		rem = 0
+	}
+	out := Lease{ID: id, TTL: it.ttl, Remaining: rem}
+	if withKeys {
+		for k := range it.keys {
+			out.Keys = append(out.Keys, []byte(k))
+		}
+		sort.Slice(out.Keys, func(i, j int) bool { return string(out.Keys[i]) < string(out.Keys[j]) })
+	}
+	return out, true
+}
+
+// IDs lists every lease id in ascending order.
+func (l *Lessor) IDs() []int64 {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	ids := make([]int64, 0, len(l.leases))
+	for id := range l.leases {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+// Count is the number of leases.
+func (l *Lessor) Count() int {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return len(l.leases)
+}

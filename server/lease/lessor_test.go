@@ -1,0 +1,170 @@
+package lease
+
+import (
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func open(t *testing.T, dir string) (*pebble.DB, *Lessor, *fakeClock) {
+	t.Helper()
+	db, err := storage.Open(dir, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(db, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	l.SetClock(c.now)
+	return db, l, c
+}
+
+func commit(t *testing.T, db *pebble.DB, f func(b *pebble.Batch)) {
+	t.Helper()
+	b := db.NewIndexedBatch()
+	f(b)
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGrantRenewRevoke(t *testing.T) {
+	db, l, _ := open(t, t.TempDir())
+	defer db.Close()
+	commit(t, db, func(b *pebble.Batch) {
+		if err := l.Grant(b, 10, 7, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Grant(b, 11, 7, 5); !errors.Is(err, ErrLeaseExists) {
+			t.Fatalf("duplicate grant: got %v, want ErrLeaseExists", err)
+		}
+		if err := l.Grant(b, 12, 8, MaxTTL+1); !errors.Is(err, ErrLeaseTTLTooLarge) {
+			t.Fatalf("huge TTL: got %v, want ErrLeaseTTLTooLarge", err)
+		}
+		if _, err := l.Renew(b, 13, 99); !errors.Is(err, ErrLeaseNotFound) {
+			t.Fatalf("renew unknown: got %v", err)
+		}
+		if ttl, err := l.Renew(b, 14, 7); err != nil || ttl != 5 {
+			t.Fatalf("renew: ttl %d err %v", ttl, err)
+		}
+	})
+	l.Attach(7, []byte("b"))
+	l.Attach(7, []byte("a"))
+	l.Attach(99, []byte("ignored"))
+	got, ok := l.Get(7, true)
+	if !ok || got.TTL != 5 || len(got.Keys) != 2 || string(got.Keys[0]) != "a" {
+		t.Fatalf("Get: %+v %v", got, ok)
+	}
+	commit(t, db, func(b *pebble.Batch) {
+		keys, err := l.Revoke(b, 7)
+		if err != nil || len(keys) != 2 || string(keys[0]) != "a" || string(keys[1]) != "b" {
+			t.Fatalf("revoke: %q %v", keys, err)
+		}
+		if _, err := l.Revoke(b, 7); !errors.Is(err, ErrLeaseNotFound) {
+			t.Fatalf("second revoke: %v", err)
+		}
+	})
+	if l.Exists(7) || l.Count() != 0 {
+		t.Fatal("lease still present after revoke")
+	}
+}
+
+func TestLeaderExpiryAndCheckpoint(t *testing.T) {
+	db, l, c := open(t, t.TempDir())
+	defer db.Close()
+	commit(t, db, func(b *pebble.Batch) {
+		_ = l.Grant(b, 1, 1, 10)
+		_ = l.Grant(b, 2, 2, 20)
+	})
+	if ids := l.Expired(10); ids != nil {
+		t.Fatalf("a follower must never report expiries, got %v", ids)
+	}
+	l.Promote()
+	c.advance(9 * time.Second)
+	if ids := l.Expired(10); len(ids) != 0 {
+		t.Fatalf("expired before TTL: %v", ids)
+	}
+	c.advance(1 * time.Second)
+	if ids := l.Expired(10); len(ids) != 1 || ids[0] != 1 {
+		t.Fatalf("want lease 1 expired at TTL, got %v", ids)
+	}
+	// Renewal after the leader decided (index 5 > decidedAt 3) cancels the expiry.
+	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 5, 1) })
+	if l.ExpiryStillValid(1, 3) {
+		t.Fatal("an expiry decided before a renewal must not hold")
+	}
+	if !l.ExpiryStillValid(2, 3) {
+		t.Fatal("an expiry of an unrenewed lease must hold")
+	}
+	// Checkpoints: lease 2 has 10 s left of 20; the replicated remaining is stale by 10 s.
+	due := l.CheckpointDue(time.Second, 10)
+	if len(due) != 1 || due[0][0] != 2 || due[0][1] != 10_000 {
+		t.Fatalf("checkpoint due: %v", due)
+	}
+	commit(t, db, func(b *pebble.Batch) { l.Checkpoint(b, 2, due[0][1]) })
+	if due := l.CheckpointDue(time.Second, 10); len(due) != 0 {
+		t.Fatalf("nothing should be due right after a checkpoint: %v", due)
+	}
+}
+
+// A new leader must not shorten a lease (never earlier than promised) and
+// must not reset it to the full TTL (etcd issue 9395): it uses the last
+// replicated remaining TTL, counted from its own promotion.
+func TestNewLeaderUsesCheckpointedRemaining(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "m")
+	db, l, _ := open(t, dir)
+	commit(t, db, func(b *pebble.Batch) {
+		_ = l.Grant(b, 1, 1, 30)
+		l.Checkpoint(b, 1, 12_000)
+	})
+	db.Close()
+
+	db2, l2, c2 := open(t, dir)
+	defer db2.Close()
+	l2.Promote()
+	c2.advance(11900 * time.Millisecond)
+	if ids := l2.Expired(10); len(ids) != 0 {
+		t.Fatalf("new leader expired a lease before its checkpointed remaining: %v", ids)
+	}
+	c2.advance(200 * time.Millisecond)
+	if ids := l2.Expired(10); len(ids) != 1 {
+		t.Fatalf("new leader reset the lease instead of honouring 12 s remaining: %v", ids)
+	}
+}
+
+func TestExpiredIsRateLimitedAndOrdered(t *testing.T) {
+	db, l, c := open(t, t.TempDir())
+	defer db.Close()
+	commit(t, db, func(b *pebble.Batch) {
+		for i := int64(1); i <= 50; i++ {
+			_ = l.Grant(b, uint64(i), i, 1+i%3)
+		}
+	})
+	l.Promote()
+	c.advance(time.Hour)
+	ids := l.Expired(7)
+	if len(ids) != 7 {
+		t.Fatalf("want at most 7 expiries per call, got %d", len(ids))
+	}
+	for i := 1; i < len(ids); i++ {
+		if ids[i-1] == ids[i] {
+			t.Fatal("duplicate id")
+		}
+	}
+	l.Demote()
+	if l.Expired(7) != nil {
+		t.Fatal("demoted member still reports expiries")
+	}
+}

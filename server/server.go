@@ -1,0 +1,242 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/tenure-io/tenure/server/api"
+	"github.com/tenure-io/tenure/server/apply"
+	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/mvcc"
+	"github.com/tenure-io/tenure/server/raftnode"
+	"github.com/tenure-io/tenure/server/storage"
+	"github.com/tenure-io/tenure/server/watch"
+)
+
+// grpcOverheadBytes is added to --max-request-bytes for the gRPC receive
+// limit, so a request just under the limit is refused by Tenure's own check
+// with etcd's "request is too large" rather than by gRPC.
+const grpcOverheadBytes = 512 * 1024
+
+// Run starts a member with cfg and serves until ctx is cancelled.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		var err error
+		if lg, err = NewLogger(cfg.LogLevel, cfg.LogFormat, os.Stderr); err != nil {
+			return err
+		}
+	}
+	for _, w := range cfg.Warnings() {
+		lg.Warn(w)
+	}
+	m, err := Start(cfg, lg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	m.Stop()
+	return nil
+}
+
+// Member is a running Tenure member.
+type Member struct {
+	cfg      Config
+	lg       *slog.Logger
+	node     *raftnode.Node
+	kv       *mvcc.Store
+	hub      *watch.Hub
+	db       interface{ Close() error }
+	grpcs    []*grpc.Server
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	stopOnce sync.Once
+}
+
+// Start opens the store, starts raft and the listeners, and returns once
+// the member is serving (it may not have a leader yet).
+func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
+	db, err := storage.Open(cfg.DataDir, storage.Options{})
+	if err != nil {
+		return nil, err
+	}
+	closers := []func(){func() { _ = db.Close() }}
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+	kv, err := mvcc.Open(db, lg)
+	if err != nil {
+		return nil, err
+	}
+	closers = append(closers, kv.Close)
+	lessor, err := lease.New(db, lg)
+	if err != nil {
+		return nil, err
+	}
+	if err := apply.AttachLeases(kv, lessor); err != nil {
+		return nil, err
+	}
+	hub := watch.NewHub(kv, watch.HubConfig{
+		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
+		MaxResponseBytes:       cfg.MaxRequestBytes,
+	}, lg)
+	closers = append(closers, hub.Close)
+	ap := apply.New(apply.Config{KV: kv, Lessor: lessor, Hub: hub, DB: db, MaxRequestBytes: cfg.MaxRequestBytes, Logger: lg})
+
+	initial, err := ParseInitialCluster(cfg.InitialCluster)
+	if err != nil {
+		return nil, fmt.Errorf("--initial-cluster: %w", err)
+	}
+	members := make([]raftnode.Member, 0, len(initial))
+	for _, im := range initial {
+		members = append(members, raftnode.Member{Name: im.Name, PeerURLs: im.PeerURLs})
+	}
+	electionTicks := int(cfg.ElectionTimeout / cfg.HeartbeatInterval)
+	node, err := raftnode.New(raftnode.Config{
+		Name:            cfg.Name,
+		DB:              db,
+		ClusterToken:    cfg.InitialClusterToken,
+		InitialCluster:  members,
+		NewCluster:      cfg.InitialClusterState != "existing",
+		ClientURLs:      cfg.AdvertiseClientURLs,
+		PeerURLs:        cfg.InitialAdvertisePeerURLs,
+		TickInterval:    cfg.HeartbeatInterval,
+		ElectionTicks:   electionTicks,
+		SnapshotCount:   cfg.SnapshotCount,
+		MaxRequestBytes: cfg.MaxRequestBytes,
+		StateMachine:    ap,
+		Logger:          lg,
+		OnLeaderChange: func(ev raftnode.LeaderEvent) {
+			if ev.IsLeader {
+				lessor.Promote()
+			} else {
+				lessor.Demote()
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ap.SetProposer(node)
+
+	// etcd's minimum lease TTL: leases shorter than 1.5 election timeouts
+	// could expire during an ordinary leader election.
+	minTTL := int64(math.Ceil(1.5 * cfg.ElectionTimeout.Seconds()))
+	edge := api.New(api.Config{
+		Node: node, Applier: ap, KV: kv, Lessor: lessor, DB: db,
+		MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes,
+		RequestTimeout: cfg.RequestTimeout, MinLeaseTTL: minTTL, Logger: lg,
+	})
+
+	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, db: db}
+	clientSrv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
+		grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.MaxConcurrentStreams(math.MaxUint32),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	edge.Register(clientSrv)
+	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
+	peerSrv := grpc.NewServer(grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))
+	node.RegisterPeerService(peerSrv)
+	mem.grpcs = []*grpc.Server{clientSrv, peerSrv}
+
+	var lis []net.Listener
+	closeLis := func() {
+		for _, l := range lis {
+			_ = l.Close()
+		}
+	}
+	for _, u := range cfg.ListenPeerURLs {
+		l, lerr := listen(u)
+		if lerr != nil {
+			closeLis()
+			return nil, fmt.Errorf("--listen-peer-urls: %w", lerr)
+		}
+		lis = append(lis, l)
+		mem.serve(peerSrv, l)
+	}
+	for _, u := range cfg.ListenClientURLs {
+		l, lerr := listen(u)
+		if lerr != nil {
+			closeLis()
+			return nil, fmt.Errorf("--listen-client-urls: %w", lerr)
+		}
+		lis = append(lis, l)
+		mem.serve(clientSrv, l)
+	}
+	node.Start()
+	ctx, cancel := context.WithCancel(context.Background())
+	mem.cancel = cancel
+	mem.wg.Add(1)
+	go func() {
+		defer mem.wg.Done()
+		ap.RunLeaseLoop(ctx, apply.LeaseLoopConfig{CheckpointInterval: cfg.LeaseCheckpointInterval})
+	}()
+	lg.Info("serving", "name", cfg.Name, "member-id", fmt.Sprintf("%x", node.ID()),
+		"cluster-id", fmt.Sprintf("%x", node.ClusterID()), "client-urls", cfg.ListenClientURLs,
+		"peer-urls", cfg.ListenPeerURLs, "data-dir", cfg.DataDir)
+	return mem, nil
+}
+
+func listen(raw string) (net.Listener, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "http" {
+		return nil, errors.New("only http:// URLs are served so far: " + raw)
+	}
+	return net.Listen("tcp", u.Host)
+}
+
+func (m *Member) serve(s *grpc.Server, l net.Listener) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		if err := s.Serve(l); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			m.lg.Error("listener stopped", "addr", l.Addr().String(), "err", err)
+		}
+	}()
+}
+
+// Node exposes the raft node (tests and tools).
+func (m *Member) Node() *raftnode.Node { return m.node }
+
+// Stop shuts the member down: listeners first, then raft, then the store.
+func (m *Member) Stop() {
+	m.stopOnce.Do(func() {
+		m.cancel()
+		for _, g := range m.grpcs {
+			g.Stop()
+		}
+		m.node.Stop()
+		m.wg.Wait()
+		m.hub.Close()
+		m.kv.Close()
+		if err := m.db.Close(); err != nil {
+			m.lg.Error("closing store", "err", err)
+		}
+		m.lg.Info("stopped", "name", m.cfg.Name)
+	})
+}
