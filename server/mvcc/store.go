@@ -1,0 +1,266 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+// LeaseIndex is what the store needs from the lessor. It may be nil, in
+// which case leases are neither checked nor tracked.
+type LeaseIndex interface {
+	Exists(id int64) bool
+	Attach(id int64, key []byte)
+	Detach(id int64, key []byte)
+}
+
+var (
+	// ErrCompacted: the requested revision is below the compacted revision.
+	ErrCompacted = errors.New("mvcc: required revision has been compacted")
+	// ErrFutureRev: the requested revision is above the current revision.
+	ErrFutureRev = errors.New("mvcc: required revision is a future revision")
+	// ErrKeyNotFound: ignore_value / ignore_lease on a key that does not exist.
+	ErrKeyNotFound = errors.New("tenure: key not found")
+	// ErrLeaseNotFound: a put names a lease the LeaseIndex does not know.
+	ErrLeaseNotFound = errors.New("tenure: requested lease not found")
+	// ErrClosed: WaitCompaction on a closed store.
+	ErrClosed = errors.New("tenure: mvcc store closed")
+)
+
+// Store is the MVCC store. Readers (Range, History, Rev, CompactRev,
+// WaitCompaction) are safe for concurrent use; the write side (Begin, Txn
+// methods, Publish, Reload, Abandon) belongs to one goroutine.
+type Store struct {
+	db *pebble.DB
+	lg *slog.Logger
+
+	rev        atomic.Int64 // published current revision
+	compactRev atomic.Int64 // published compacted revision (scheduled)
+
+	// writer-only state
+	staged        int64 // latest revision staged into a batch (>= rev)
+	stagedCompact int64 // latest compaction revision staged (>= compactRev)
+
+	mu          sync.Mutex
+	compactDone int64
+	doneCh      chan struct{} // closed and replaced whenever compactDone changes or the store closes
+	closed      bool
+
+	// background physical compaction
+	kick   chan struct{}
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	runGen int
+}
+
+// Open loads the revisions from db and resumes an unfinished physical
+// compaction in the background.
+func Open(db *pebble.DB, lg *slog.Logger) (*Store, error) {
+	if lg == nil {
+		lg = slog.Default()
+	}
+	s := &Store{db: db, lg: lg, doneCh: make(chan struct{})}
+	if err := s.load(); err != nil {
+		return nil, err
+	}
+	s.startCompactor()
+	return s, nil
+}
+
+func (s *Store) load() error {
+	cur, err := getU64(s.db, storage.KeyCurrentRev)
+	if err != nil {
+		return fmt.Errorf("tenure: mvcc: read current revision: %w", err)
+	}
+	comp, err := getU64(s.db, storage.KeyCompactRev)
+	if err != nil {
+		return fmt.Errorf("tenure: mvcc: read compact revision: %w", err)
+	}
+	done, err := getU64(s.db, storage.KeyCompactDone)
+	if err != nil {
+		return fmt.Errorf("tenure: mvcc: read compact-done revision: %w", err)
+	}
+	if cur == 0 {
+		cur = 1
+	}
+	s.rev.Store(int64(cur))
+	s.staged = int64(cur)
+	s.compactRev.Store(int64(comp))
+	s.stagedCompact = int64(comp)
+	s.setDone(int64(done), true)
+	return nil
+}
+
+// Rev returns the last published revision (1 for an empty store).
+func (s *Store) Rev() int64 { return s.rev.Load() }
+
+// CompactRev returns the published compaction revision (0 if never compacted).
+func (s *Store) CompactRev() int64 { return s.compactRev.Load() }
+
+// Reload re-reads all state after the state-machine key range was replaced
+// (snapshot install). The physical compactor is stopped first and restarted
+// afterwards; callers that replace the key range should call
+// PauseCompaction before replacing it so that no stale deletes race the
+// replacement.
+func (s *Store) Reload() error {
+	s.stopCompactor()
+	if err := s.load(); err != nil {
+		return err
+	}
+	s.startCompactor()
+	return nil
+}
+
+// PauseCompaction stops the background physical compaction (waiting for the
+// in-flight batch) until the next Reload. Work left is resumed by Reload.
+func (s *Store) PauseCompaction() { s.stopCompactor() }
+
+// Close stops background work. It does not close db.
+func (s *Store) Close() {
+	s.stopCompactor()
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.doneCh)
+	}
+	s.mu.Unlock()
+}
+
+// Abandon discards staged (unpublished) revisions: call it if a batch that
+// Begin/End wrote into is dropped instead of committed.
+func (s *Store) Abandon() {
+	s.staged = s.rev.Load()
+	s.stagedCompact = s.compactRev.Load()
+}
+
+// Publish makes rev visible to readers. Call it after committing the batch
+// (or batches) that staged rev. It also publishes and starts any staged
+// compaction.
+func (s *Store) Publish(rev int64) {
+	if rev > s.rev.Load() {
+		s.rev.Store(rev)
+	}
+	if s.stagedCompact > s.compactRev.Load() {
+		s.compactRev.Store(s.stagedCompact)
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// CompactDone returns the revision up to which physical compaction has finished.
+func (s *Store) CompactDone() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.compactDone
+}
+
+// WaitCompaction waits until physical compaction has reached rev.
+func (s *Store) WaitCompaction(ctx context.Context, rev int64) error {
+	for {
+		s.mu.Lock()
+		done, ch, closed := s.compactDone, s.doneCh, s.closed
+		s.mu.Unlock()
+		if done >= rev {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s *Store) setDone(rev int64, force bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rev == s.compactDone || (!force && rev < s.compactDone) {
+		return
+	}
+	s.compactDone = rev
+	if !s.closed {
+		close(s.doneCh)
+		s.doneCh = make(chan struct{})
+	}
+}
+
+func (s *Store) startCompactor() {
+	s.kick = make(chan struct{}, 1)
+	s.stop = make(chan struct{})
+	s.kick <- struct{}{} // resume unfinished work, if any
+	s.wg.Add(1)
+	go s.compactLoop(s.kick, s.stop)
+}
+
+func (s *Store) stopCompactor() {
+	if s.stop == nil {
+		return
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.stop = nil
+}
+
+func (s *Store) compactLoop(kick, stop chan struct{}) {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-kick:
+		}
+		target := s.compactRev.Load()
+		if target <= s.CompactDone() {
+			continue
+		}
+		if err := s.physicalCompact(target, stop); err != nil {
+			if errors.Is(err, errStopped) {
+				return
+			}
+			s.lg.Error("tenure: mvcc: physical compaction failed", "rev", target, "err", err)
+			continue
+		}
+		s.setDone(target, false)
+	}
+}
+
+// decodeKV decodes a put record value.
+func decodeKV(v []byte) (*mvccpb.KeyValue, error) {
+	kv := &mvccpb.KeyValue{}
+	if err := proto.Unmarshal(v[1:], kv); err != nil {
+		return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", err)
+	}
+	return kv, nil
+}
+
+// getU64 reads a big-endian uint64; a missing key reads as 0. (It mirrors
+// storage.GetU64, whose Reader interface does not match pebble v2's Get.)
+func getU64(db *pebble.DB, key []byte) (uint64, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("tenure: mvcc: corrupt uint64 at %q (len %d)", key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}

@@ -1,0 +1,343 @@
+package mvcc
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+// Txn stages one revision's worth of changes into a caller-owned indexed
+// batch. All changes made between Begin and End share one main revision;
+// sub revisions follow the order of the changes.
+//
+// Errors: ErrKeyNotFound, ErrLeaseNotFound, ErrCompacted and ErrFutureRev are
+// detected before anything is written (for Txn: before any operation of the
+// transaction runs), so the batch is untouched. Any other error (storage
+// failure, corrupt record) may leave partial writes in the batch: the caller
+// must drop the batch and call Store.Abandon.
+type Txn struct {
+	s      *Store
+	b      *pebble.Batch
+	leases LeaseIndex
+	base   int64 // staged revision at Begin; changes get base+1
+	it     *pebble.Iterator
+	dirty  bool // batch changed since it was last refreshed
+	events []*mvccpb.Event
+	buf    []byte
+}
+
+// Begin starts a write transaction on b (which must come from
+// db.NewIndexedBatch). leases may be nil.
+func (s *Store) Begin(b *pebble.Batch, leases LeaseIndex) *Txn {
+	return &Txn{s: s, b: b, leases: leases, base: s.staged}
+}
+
+// viewRev is the revision reads in this txn see: the staged revision, plus
+// one once this txn has changed something.
+func (t *Txn) viewRev() int64 {
+	if len(t.events) > 0 {
+		return t.base + 1
+	}
+	return t.base
+}
+
+// iter returns the txn's iterator over the batch, bounded to [lo, hi) and
+// refreshed to see every write made so far.
+func (t *Txn) iter(lo, hi []byte) (*pebble.Iterator, error) {
+	if t.it == nil {
+		it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		if err != nil {
+			return nil, err
+		}
+		t.it, t.dirty = it, false
+		return it, nil
+	}
+	if t.dirty {
+		t.it.SetOptions(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+		t.dirty = false
+	} else {
+		t.it.SetBounds(lo, hi)
+	}
+	return t.it, nil
+}
+
+// scan runs scanVisible on the txn's iterator.
+func (t *Txn) scan(lo, hi []byte, rev int64, fn func(v []byte) (bool, error)) error {
+	it, err := t.iter(lo, hi)
+	if err != nil {
+		return err
+	}
+	return scanVisible(it, lo, rev, fn)
+}
+
+// latest returns the newest live version of key as seen through the batch,
+// or nil.
+func (t *Txn) latest(key []byte) (*mvccpb.KeyValue, error) {
+	lo := appendKeyPrefix(nil, key)
+	hi := slices.Clone(lo)
+	hi[len(hi)-1]++
+	it, err := t.iter(lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	if !it.SeekGE(lo) {
+		return nil, it.Error()
+	}
+	v, err := it.ValueAndErr()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) == 0 || v[0] != flagPut {
+		return nil, nil
+	}
+	return decodeKV(v)
+}
+
+// collect returns the live keys in [key, end) at the txn's view.
+func (t *Txn) collect(key, end []byte) ([]*mvccpb.KeyValue, error) {
+	if len(end) == 0 {
+		kv, err := t.latest(key)
+		if kv == nil || err != nil {
+			return nil, err
+		}
+		return []*mvccpb.KeyValue{kv}, nil
+	}
+	lo, hi, ok := kvBounds(key, end)
+	if !ok {
+		return nil, nil
+	}
+	var kvs []*mvccpb.KeyValue
+	err := t.scan(lo, hi, t.viewRev(), func(v []byte) (bool, error) {
+		kv, err := decodeKV(v)
+		if err != nil {
+			return false, err
+		}
+		kvs = append(kvs, kv)
+		return true, nil
+	})
+	return kvs, err
+}
+
+// Range reads through the batch: it sees this txn's writes and earlier
+// staged, unpublished ones. Header.Revision is the txn's view revision.
+func (t *Txn) Range(req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	view := t.viewRev()
+	readRev, err := checkRev(req.Revision, view, t.s.stagedCompact)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.RangeResponse{}
+	if lo, hi, ok := kvBounds(req.Key, req.RangeEnd); ok {
+		it, err := t.iter(lo, hi)
+		if err != nil {
+			return nil, err
+		}
+		if resp, err = rangeAt(it, lo, req, readRev); err != nil {
+			return nil, err
+		}
+	}
+	resp.Header = &pb.ResponseHeader{Revision: view}
+	return resp, nil
+}
+
+func clip(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	if kv == nil {
+		return nil
+	}
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
+		Version: kv.Version, Value: kv.Value, Lease: kv.Lease}
+}
+
+// checkPut is etcd's checkPut: ErrKeyNotFound, then ErrLeaseNotFound.
+func (t *Txn) checkPut(req *pb.PutRequest) (*mvccpb.KeyValue, error) {
+	prev, err := t.latest(req.Key)
+	if err != nil {
+		return nil, err
+	}
+	if (req.IgnoreValue || req.IgnoreLease) && prev == nil {
+		return nil, ErrKeyNotFound
+	}
+	if req.Lease != 0 && !req.IgnoreLease && t.leases != nil && !t.leases.Exists(req.Lease) {
+		return nil, ErrLeaseNotFound
+	}
+	return prev, nil
+}
+
+// Put writes a new version of req.Key.
+func (t *Txn) Put(req *pb.PutRequest) (*pb.PutResponse, error) {
+	prev, err := t.checkPut(req)
+	if err != nil {
+		return nil, err
+	}
+	return t.put(req, prev)
+}
+
+func (t *Txn) put(req *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
+	rev := t.base + 1
+	val, lease := req.Value, req.Lease
+	if req.IgnoreValue {
+		val = prev.Value
+	}
+	if req.IgnoreLease {
+		lease = prev.Lease
+	}
+	kv := &mvccpb.KeyValue{Key: req.Key, CreateRevision: rev, ModRevision: rev, Version: 1, Value: val, Lease: lease}
+	if prev != nil {
+		kv.CreateRevision = prev.CreateRevision
+		kv.Version = prev.Version + 1
+	}
+	if err := t.write(kv, mvccpb.Event_PUT); err != nil {
+		return nil, err
+	}
+	var oldLease int64
+	if prev != nil {
+		oldLease = prev.Lease
+	}
+	if t.leases != nil && oldLease != lease {
+		if oldLease != 0 {
+			t.leases.Detach(oldLease, req.Key)
+		}
+		if lease != 0 {
+			t.leases.Attach(lease, req.Key)
+		}
+	}
+	t.events = append(t.events, &mvccpb.Event{Type: mvccpb.Event_PUT, Kv: kv, PrevKv: prev})
+	resp := &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}
+	if req.PrevKv {
+		resp.PrevKv = clip(prev)
+	}
+	return resp, nil
+}
+
+// write stages the version record and the revision-log entry of one change.
+func (t *Txn) write(kv *mvccpb.KeyValue, typ mvccpb.Event_EventType) error {
+	rev := t.base + 1
+	sub := int64(len(t.events))
+	k := appendVersionKey(t.buf[:0], kv.Key, rev)
+	t.buf = k
+	var v []byte
+	if typ == mvccpb.Event_PUT {
+		var err error
+		v, err = proto.MarshalOptions{}.MarshalAppend([]byte{flagPut}, kv)
+		if err != nil {
+			return fmt.Errorf("tenure: mvcc: marshal: %w", err)
+		}
+	} else {
+		v = []byte{flagTombstone}
+	}
+	if err := t.b.Set(k, v, nil); err != nil {
+		return err
+	}
+	lv := make([]byte, 0, 1+len(kv.Key))
+	lv = append(append(lv, byte(typ)), kv.Key...)
+	if err := t.b.Set(revLogKey(rev, sub), lv, nil); err != nil {
+		return err
+	}
+	t.dirty = true
+	return nil
+}
+
+func (t *Txn) deleteKV(prev *mvccpb.KeyValue) error {
+	rev := t.base + 1
+	kv := &mvccpb.KeyValue{Key: prev.Key, ModRevision: rev}
+	if err := t.write(kv, mvccpb.Event_DELETE); err != nil {
+		return err
+	}
+	if t.leases != nil && prev.Lease != 0 {
+		t.leases.Detach(prev.Lease, prev.Key)
+	}
+	t.events = append(t.events, &mvccpb.Event{Type: mvccpb.Event_DELETE, Kv: kv, PrevKv: prev})
+	return nil
+}
+
+// DeleteRange deletes the live keys in [key, range_end). Deleting nothing
+// does not create a revision.
+func (t *Txn) DeleteRange(req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	kvs, err := t.collect(req.Key, req.RangeEnd)
+	if err != nil {
+		return nil, err
+	}
+	resp := &pb.DeleteRangeResponse{Deleted: int64(len(kvs))}
+	for _, kv := range kvs {
+		if err := t.deleteKV(kv); err != nil {
+			return nil, err
+		}
+		if req.PrevKv {
+			resp.PrevKvs = append(resp.PrevKvs, clip(kv))
+		}
+	}
+	resp.Header = &pb.ResponseHeader{Revision: t.viewRev()}
+	return resp, nil
+}
+
+// DeleteKeys deletes those of keys that exist (lease revoke), in sorted
+// order, in this txn's revision. A storage failure here panics: the apply
+// loop cannot continue deterministically after it.
+func (t *Txn) DeleteKeys(keys [][]byte) {
+	if err := t.deleteKeys(keys); err != nil {
+		panic(fmt.Sprintf("tenure: mvcc: delete keys: %v", err))
+	}
+}
+
+func (t *Txn) deleteKeys(keys [][]byte) error {
+	keys = slices.Clone(keys)
+	slices.SortFunc(keys, bytes.Compare)
+	keys = slices.CompactFunc(keys, bytes.Equal)
+	for _, k := range keys {
+		prev, err := t.latest(k)
+		if err != nil {
+			return err
+		}
+		if prev != nil {
+			if err := t.deleteKV(prev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Compact schedules a compaction at rev: it records KeyCompactRev in the
+// batch; physical deletion starts after Publish.
+func (t *Txn) Compact(rev int64) error {
+	if rev <= t.s.stagedCompact {
+		return ErrCompacted
+	}
+	if rev > t.viewRev() {
+		return ErrFutureRev
+	}
+	if err := storage.SetU64(t.b, storage.KeyCompactRev, uint64(rev)); err != nil {
+		return err
+	}
+	t.s.stagedCompact = rev
+	return nil
+}
+
+// End finishes the txn. If anything changed it assigns the next revision,
+// records it in the batch and returns it with the events (Kv and PrevKv
+// filled). Otherwise it returns the latest staged revision and nil.
+// A failure to stage the revision in the batch panics (see DeleteKeys).
+func (t *Txn) End() (int64, []*mvccpb.Event) {
+	if t.it != nil {
+		t.it.Close()
+		t.it = nil
+	}
+	if len(t.events) == 0 {
+		return t.s.staged, nil
+	}
+	rev := t.base + 1
+	if err := storage.SetU64(t.b, storage.KeyCurrentRev, uint64(rev)); err != nil {
+		panic(fmt.Sprintf("tenure: mvcc: stage current revision: %v", err))
+	}
+	t.s.staged = rev
+	evs := t.events
+	t.events = nil
+	return rev, evs
+}
