@@ -1,0 +1,129 @@
+package raftnode
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Config configures a Node. Zero values of the tuning fields pick defaults.
+type Config struct {
+	Name           string
+	DB             *pebble.DB
+	ClusterToken   string
+	InitialCluster []Member // names + peer URLs from --initial-cluster; IDs computed with MemberID
+	// NewCluster (--initial-cluster-state new) bootstraps the cluster from
+	// InitialCluster if the store holds no raft state. With NewCluster=false
+	// and an empty store the member joins an existing cluster: it asks the
+	// peers in InitialCluster (Members RPC) for the cluster ID and for the ID
+	// that `member add` assigned to its PeerURLs.
+	NewCluster bool
+	ClientURLs []string // this member's advertised client URLs (published into its member record)
+	PeerURLs   []string // this member's advertised peer URLs
+
+	TickInterval           time.Duration // one raft tick (= heartbeat interval); default 100ms
+	ElectionTicks          int           // election timeout in ticks; default 10
+	SnapshotCount          uint64        // applied entries between log compactions; default 10000
+	SnapshotCatchUpEntries uint64        // entries kept behind a compaction; default 5000
+	MaxRequestBytes        int           // bounds MaxSizePerMsg and the peer gRPC message size; default 1.5 MiB
+
+	StateMachine   StateMachine
+	Logger         *slog.Logger
+	OnLeaderChange func(LeaderEvent) // called in order from one goroutine; must not block for long
+	// Transport carries raft messages and snapshots between members. nil
+	// selects the gRPC transport (NewGRPCTransport); tests inject MemNetwork's.
+	Transport Transport
+}
+
+// Validate reports every problem with c, naming the field.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.Name == "" {
+		errs = append(errs, errors.New("raftnode: Config.Name is empty"))
+	}
+	if c.DB == nil {
+		errs = append(errs, errors.New("raftnode: Config.DB is nil"))
+	}
+	if c.StateMachine == nil {
+		errs = append(errs, errors.New("raftnode: Config.StateMachine is nil"))
+	}
+	if c.TickInterval < 0 {
+		errs = append(errs, errors.New("raftnode: Config.TickInterval is negative"))
+	}
+	if c.ElectionTicks != 0 && c.ElectionTicks < 3 {
+		errs = append(errs, fmt.Errorf("raftnode: Config.ElectionTicks=%d, want >= 3", c.ElectionTicks))
+	}
+	if c.SnapshotCount != 0 && c.SnapshotCatchUpEntries > c.SnapshotCount*10 {
+		errs = append(errs, errors.New("raftnode: Config.SnapshotCatchUpEntries is unreasonably larger than SnapshotCount"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config) setDefaults() {
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.SnapshotCount == 0 {
+		c.SnapshotCount = 10000
+	}
+	if c.SnapshotCatchUpEntries == 0 {
+		c.SnapshotCatchUpEntries = 5000
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = 1536 * 1024
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Status is a snapshot of this member's raft state.
+type Status struct {
+	ID, Leader, Term, CommitIndex, AppliedIndex, LastIndex uint64
+	IsLearner                                              bool
+}
+
+// MemberID derives a member's ID from its name, peer URLs and the cluster
+// token: the first 8 bytes of sha256(sorted URLs, name, token), never 0.
+func MemberID(name string, peerURLs []string, clusterToken string) uint64 {
+	urls := slices.Clone(peerURLs)
+	slices.Sort(urls)
+	h := sha256.New()
+	for _, u := range urls {
+		h.Write([]byte(u))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write([]byte(clusterToken))
+	id := binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+// clusterIDFor derives the cluster ID from the initial member IDs and token.
+func clusterIDFor(ids []uint64, token string) uint64 {
+	s := slices.Clone(ids)
+	slices.Sort(s)
+	h := sha256.New()
+	for _, id := range s {
+		h.Write(binary.BigEndian.AppendUint64(nil, id))
+	}
+	h.Write([]byte(token))
+	id := binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	if id == 0 {
+		id = 1
+	}
+	return id
+}

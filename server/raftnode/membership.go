@@ -1,0 +1,276 @@
+package raftnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+// ErrNotLeader is returned by PromoteMember on a member that is not the
+// leader (only the leader knows how far a learner is behind).
+var ErrNotLeader = errors.New("tenure: not leader")
+
+// MembersFetcher is implemented by transports that can ask a peer for the
+// cluster's ID and members (used when joining an existing cluster).
+type MembersFetcher interface {
+	FetchMembers(ctx context.Context, peerURLs []string) (clusterID uint64, members []Member, err error)
+}
+
+func sameURLs(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
+}
+
+// joinExisting learns the cluster ID and this member's ID (assigned by
+// `member add` for its peer URLs) from the peers in InitialCluster.
+func (n *Node) joinExisting() error {
+	f, ok := n.tr.(MembersFetcher)
+	if !ok {
+		return errors.New("raftnode: joining an existing cluster needs a transport that can fetch members")
+	}
+	var urls []string
+	for _, m := range n.cfg.InitialCluster {
+		if m.Name != n.cfg.Name {
+			urls = append(urls, m.PeerURLs...)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cid, ms, err := f.FetchMembers(ctx, urls)
+	if err != nil {
+		return fmt.Errorf("raftnode: fetch members from existing cluster: %w", err)
+	}
+	for _, m := range ms {
+		if sameURLs(m.PeerURLs, n.cfg.PeerURLs) {
+			n.id = m.ID
+		}
+	}
+	if n.id == 0 {
+		return fmt.Errorf("raftnode: peer URLs %v are not a member of the existing cluster (run member add first)", n.cfg.PeerURLs)
+	}
+	b := n.db.NewBatch()
+	defer b.Close()
+	_ = storage.SetU64(b, keyLocalID, n.id)
+	_ = storage.SetU64(b, storage.KeyClusterID, cid)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	n.membersMu.Lock()
+	for i := range ms {
+		n.members[ms[i].ID] = &ms[i]
+	}
+	n.membersMu.Unlock()
+	n.log.Info("joining existing cluster", "id", fmt.Sprintf("%x", n.id), "cluster", fmt.Sprintf("%x", cid))
+	return nil
+}
+
+// publishAttrs proposes this member's name and client URLs until its member
+// record carries them (etcd's ClusterMemberAttrSet).
+func (n *Node) publishAttrs() {
+	defer n.wg.Done()
+	for {
+		n.membersMu.RLock()
+		m := n.members[n.id]
+		done := m != nil && m.Name == n.cfg.Name && sameURLs(m.ClientURLs, n.cfg.ClientURLs)
+		n.membersMu.RUnlock()
+		if done {
+			n.attrsApplied.Store(true)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(n.cfg.ElectionTicks)*n.cfg.TickInterval*2)
+		if m != nil {
+			data, _ := json.Marshal(attrSet{ID: n.id, Name: n.cfg.Name, ClientURLs: n.cfg.ClientURLs})
+			_ = n.Propose(ctx, append([]byte{internalPrefix, internalAttrSet}, data...))
+		}
+		// wait for the apply loop to move (or the timeout) before re-checking
+		_, ch := n.appliedWait()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		case <-n.stopc:
+			cancel()
+			return
+		}
+		cancel()
+	}
+}
+
+func (n *Node) member(id uint64) (Member, bool) {
+	n.membersMu.RLock()
+	defer n.membersMu.RUnlock()
+	m, ok := n.members[id]
+	if !ok {
+		return Member{}, false
+	}
+	return *m, true
+}
+
+// proposeConfChange proposes cc and waits until it is applied.
+func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) error {
+	if !n.started.Load() || n.isStopped() {
+		return ErrStopped
+	}
+	if err := n.waitLeader(ctx); err != nil {
+		return err
+	}
+	id := uint64(time.Now().UnixNano())<<8 | n.ccSeq.Add(1)&0xff
+	cc.Id = new(id)
+	c := make(chan error, 1)
+	n.ccMu.Lock()
+	n.ccWaiters[id] = c
+	n.ccMu.Unlock()
+	defer func() {
+		n.ccMu.Lock()
+		delete(n.ccWaiters, id)
+		n.ccMu.Unlock()
+	}()
+	if err := n.rn.ProposeConfChange(ctx, cc); err != nil {
+		return n.mapErr(ctx, err)
+	}
+	select {
+	case err := <-c:
+		return err
+	case <-ctx.Done():
+		return n.mapErr(ctx, ctx.Err())
+	case <-n.stopc:
+		return ErrStopped
+	}
+}
+
+// AddMember adds a member (a voter, or a learner) with the given peer URLs.
+// It returns the new member and the member list after the change.
+// Errors: ErrPeerURLExists, ErrTooManyLearners, plus Propose's errors.
+func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (Member, []Member, error) {
+	learners := 0
+	for _, m := range n.Members() {
+		for _, u := range m.PeerURLs {
+			if slices.Contains(peerURLs, u) {
+				return Member{}, nil, ErrPeerURLExists
+			}
+		}
+		if m.IsLearner {
+			learners++
+		}
+	}
+	if learner && learners >= 1 {
+		return Member{}, nil, ErrTooManyLearners
+	}
+	var id uint64
+	for {
+		id = MemberID("", peerURLs, n.cfg.ClusterToken+"/"+strconv.FormatInt(time.Now().UnixNano(), 10))
+		if _, ok := n.member(id); !ok && !n.isRemoved(id) {
+			break
+		}
+	}
+	m := Member{ID: id, PeerURLs: slices.Clone(peerURLs), IsLearner: learner}
+	ctxb, _ := json.Marshal(m)
+	typ := raftpb.ConfChangeAddNode
+	if learner {
+		typ = raftpb.ConfChangeAddLearnerNode
+	}
+	if err := n.proposeConfChange(ctx, &raftpb.ConfChange{Type: typ.Enum(), NodeId: new(id), Context: ctxb}); err != nil {
+		return Member{}, nil, err
+	}
+	return m, n.Members(), nil
+}
+
+// RemoveMember removes a member. Errors: ErrMemberNotFound, plus Propose's errors.
+func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]Member, error) {
+	if _, ok := n.member(id); !ok {
+		return nil, ErrMemberNotFound
+	}
+	if err := n.proposeConfChange(ctx, &raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}); err != nil {
+		return nil, err
+	}
+	return n.Members(), nil
+}
+
+// UpdateMember changes a member's peer URLs. Errors: ErrMemberNotFound, ErrPeerURLExists.
+func (n *Node) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]Member, error) {
+	m, ok := n.member(id)
+	if !ok {
+		return nil, ErrMemberNotFound
+	}
+	for _, o := range n.Members() {
+		if o.ID == id {
+			continue
+		}
+		for _, u := range o.PeerURLs {
+			if slices.Contains(peerURLs, u) {
+				return nil, ErrPeerURLExists
+			}
+		}
+	}
+	m.PeerURLs = slices.Clone(peerURLs)
+	ctxb, _ := json.Marshal(m)
+	if err := n.proposeConfChange(ctx, &raftpb.ConfChange{Type: raftpb.ConfChangeUpdateNode.Enum(), NodeId: new(id), Context: ctxb}); err != nil {
+		return nil, err
+	}
+	return n.Members(), nil
+}
+
+// PromoteMember turns a learner into a voter. It must run on the leader.
+// Errors: ErrMemberNotFound, ErrNotLearner, ErrNotLeader, ErrLearnerNotReady.
+func (n *Node) PromoteMember(ctx context.Context, id uint64) ([]Member, error) {
+	m, ok := n.member(id)
+	if !ok {
+		return nil, ErrMemberNotFound
+	}
+	if !m.IsLearner {
+		return nil, ErrNotLearner
+	}
+	st := n.rn.Status()
+	if st.RaftState != raft.StateLeader {
+		return nil, ErrNotLeader
+	}
+	leaderMatch := st.Progress[n.id].Match
+	pr, ok := st.Progress[id]
+	if !ok || float64(pr.Match) < float64(leaderMatch)*0.9 {
+		return nil, ErrLearnerNotReady
+	}
+	m.IsLearner = false
+	ctxb, _ := json.Marshal(m)
+	if err := n.proposeConfChange(ctx, &raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(id), Context: ctxb}); err != nil {
+		return nil, err
+	}
+	return n.Members(), nil
+}
+
+// TransferLeadership asks the leader to hand leadership to member to and
+// waits until it has. Errors: ErrMemberNotFound, ErrNoLeader, ErrTimeout, ErrStopped.
+func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
+	if m, ok := n.member(to); !ok || m.IsLearner {
+		return ErrMemberNotFound
+	}
+	if err := n.waitLeader(ctx); err != nil {
+		return err
+	}
+	for {
+		lead, ch := n.leader()
+		if lead == to {
+			return nil
+		}
+		if lead != 0 {
+			n.rn.TransferLeadership(ctx, lead, to)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ErrTimeout
+		case <-n.stopc:
+			return ErrStopped
+		}
+	}
+}

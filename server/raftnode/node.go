@@ -1,0 +1,563 @@
+package raftnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+
+	"github.com/tenure-io/tenure/server/failpoint"
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+// Node is one member's raft node. It drives etcd raft's raft.Node (the
+// library's own goroutine serialises all raft state; Node adds a Ready loop,
+// an apply loop, a ReadIndex batching loop and the transport around it).
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	db     *pebble.DB
+	sm     StateMachine
+	id     uint64
+	ms     *raft.MemoryStorage
+	rn     raft.Node
+	rcfg   *raft.Config
+	boot   []raft.Peer // non-nil: bootstrap a new cluster on Start
+	tr     Transport
+	grpcTr *GRPCTransport // non-nil when the default transport is used
+
+	clusterID atomic.Uint64
+	lastIndex uint64 // last raft log index on disk; Ready loop only
+
+	// leader tracking
+	leadMu    sync.Mutex
+	lead      uint64
+	term      uint64
+	leadCh    chan struct{} // closed and replaced on every leader change
+	isLeader  atomic.Bool
+	leaderEvs chan LeaderEvent
+
+	// apply state
+	applyMu      sync.Mutex // held by the apply loop per batch and by snapshot installs
+	applyc       chan applyItem
+	appliedMu    sync.Mutex
+	applied      uint64
+	appliedTerm  uint64
+	appliedCh    chan struct{} // closed and replaced when applied advances
+	confState    *raftpb.ConfState
+	snapIndex    uint64 // index of the last compaction snapshot (apply loop)
+	peersMu      sync.Mutex
+	knownPeers   map[uint64]bool
+	membersMu    sync.RWMutex
+	members      map[uint64]*Member
+	ccMu         sync.Mutex
+	ccWaiters    map[uint64]chan error
+	ccSeq        atomic.Uint64
+	readc        chan struct{}
+	readMu       sync.Mutex
+	readWaiters  []readWaiter
+	readStatec   chan raft.ReadState
+	readSeq      atomic.Uint64
+	readRounds   atomic.Uint64 // ReadIndex rounds issued (tests)
+	snapsRecv    atomic.Uint64 // snapshots installed from the leader (tests)
+	snapsSent    atomic.Uint64
+	startOnce    sync.Once
+	stopOnce     sync.Once
+	stopc        chan struct{}
+	wg           sync.WaitGroup
+	started      atomic.Bool
+	attrsApplied atomic.Bool
+}
+
+type applyItem struct {
+	ents []*raftpb.Entry
+	done chan struct{} // closed when applied (nil: nobody waits)
+}
+
+// New opens the node's raft state from cfg.DB: it loads hard state, snapshot
+// metadata and log into a raft.MemoryStorage, or prepares to bootstrap a new
+// cluster (NewCluster and an empty store), or to join an existing one.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	n := &Node{
+		cfg:        cfg,
+		log:        cfg.Logger.With("component", "raftnode", "member", cfg.Name),
+		db:         cfg.DB,
+		sm:         cfg.StateMachine,
+		ms:         raft.NewMemoryStorage(),
+		leadCh:     make(chan struct{}),
+		leaderEvs:  make(chan LeaderEvent, 64),
+		applyc:     make(chan applyItem, 128),
+		appliedCh:  make(chan struct{}),
+		members:    map[uint64]*Member{},
+		knownPeers: map[uint64]bool{},
+		ccWaiters:  map[uint64]chan error{},
+		readc:      make(chan struct{}, 1),
+		readStatec: make(chan raft.ReadState, 64),
+		stopc:      make(chan struct{}),
+	}
+	p, err := loadRaftState(cfg.DB)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.loadApplied(); err != nil {
+		return nil, err
+	}
+	if err := n.loadMembers(); err != nil {
+		return nil, err
+	}
+	n.tr = cfg.Transport
+	if n.tr == nil {
+		n.grpcTr = NewGRPCTransport(GRPCTransportConfig{Logger: n.log, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
+		n.tr = n.grpcTr
+	}
+
+	storedID, err := getU64(cfg.DB, keyLocalID)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case p.hasRaft:
+		if storedID == 0 {
+			return nil, errors.New("raftnode: store has raft state but no member ID")
+		}
+		n.id = storedID
+		if err := n.ms.ApplySnapshot(p.snap); err != nil {
+			return nil, err
+		}
+		if err := n.ms.SetHardState(p.hs); err != nil {
+			return nil, err
+		}
+		if err := n.ms.Append(p.ents); err != nil {
+			return nil, err
+		}
+		n.snapIndex = p.snap.GetMetadata().GetIndex()
+		n.lastIndex, _ = n.ms.LastIndex()
+		n.log.Info("restarting raft node", "id", fmt.Sprintf("%x", n.id), "term", p.hs.GetTerm(),
+			"commit", p.hs.GetCommit(), "applied", n.applied, "snapshot", n.snapIndex, "last", n.lastIndex)
+	case cfg.NewCluster:
+		var ids []uint64
+		for _, m := range cfg.InitialCluster {
+			id := MemberID(m.Name, m.PeerURLs, cfg.ClusterToken)
+			ids = append(ids, id)
+			if m.Name == cfg.Name {
+				n.id = id
+			}
+			mm := Member{ID: id, Name: m.Name, PeerURLs: m.PeerURLs}
+			if m.Name == cfg.Name {
+				mm.ClientURLs = cfg.ClientURLs
+			}
+			ctx, _ := json.Marshal(mm)
+			n.boot = append(n.boot, raft.Peer{ID: id, Context: ctx})
+		}
+		if n.id == 0 {
+			return nil, fmt.Errorf("raftnode: Config.Name %q is not in Config.InitialCluster", cfg.Name)
+		}
+		cid := clusterIDFor(ids, cfg.ClusterToken)
+		b := cfg.DB.NewBatch()
+		_ = storage.SetU64(b, keyLocalID, n.id)
+		_ = storage.SetU64(b, storage.KeyClusterID, cid)
+		if err := b.Commit(pebble.Sync); err != nil {
+			b.Close()
+			return nil, err
+		}
+		b.Close()
+		n.log.Info("bootstrapping new cluster", "id", fmt.Sprintf("%x", n.id), "cluster", fmt.Sprintf("%x", cid), "members", len(ids))
+	default:
+		if err := n.joinExisting(); err != nil {
+			return nil, err
+		}
+	}
+	cid, err := getU64(cfg.DB, storage.KeyClusterID)
+	if err != nil {
+		return nil, err
+	}
+	n.clusterID.Store(cid)
+
+	maxMsg := uint64(1 << 20)
+	if uint64(cfg.MaxRequestBytes) > maxMsg {
+		maxMsg = uint64(cfg.MaxRequestBytes)
+	}
+	n.rcfg = &raft.Config{
+		ID:                        n.id,
+		ElectionTick:              cfg.ElectionTicks,
+		HeartbeatTick:             1,
+		Storage:                   n.ms,
+		MaxSizePerMsg:             maxMsg,
+		MaxInflightMsgs:           256,
+		MaxUncommittedEntriesSize: 1 << 30,
+		MaxCommittedSizePerReady:  64 << 20,
+		CheckQuorum:               true,
+		PreVote:                   true,
+		ReadOnlyOption:            raft.ReadOnlySafe,
+		Logger:                    raftLogger{n.log.With("component", "raft")},
+	}
+	return n, nil
+}
+
+func (n *Node) loadApplied() error {
+	var err error
+	if n.applied, err = getU64(n.db, storage.KeyAppliedIndex); err != nil {
+		return err
+	}
+	if n.appliedTerm, err = getU64(n.db, storage.KeyAppliedTerm); err != nil {
+		return err
+	}
+	cs := &raftpb.ConfState{}
+	if _, err := getProto(n.db, storage.KeyConfState, cs); err != nil {
+		return err
+	}
+	n.confState = cs
+	return nil
+}
+
+// RegisterPeerService registers the server side of the gRPC peer transport.
+// It is a no-op when a custom Transport was configured.
+func (n *Node) RegisterPeerService(s *grpc.Server) {
+	if n.grpcTr != nil {
+		n.grpcTr.Register(s)
+	}
+}
+
+// Start starts the raft node, its loops and the transport.
+func (n *Node) Start() {
+	n.startOnce.Do(func() {
+		if n.boot != nil {
+			n.rn = raft.StartNode(n.rcfg, n.boot)
+			for _, p := range n.boot {
+				var m Member
+				_ = json.Unmarshal(p.Context, &m)
+				if m.ID != n.id {
+					n.tr.AddPeer(m.ID, m.PeerURLs)
+				}
+			}
+		} else {
+			n.rn = raft.RestartNode(n.rcfg)
+		}
+		n.membersMu.RLock()
+		for id, m := range n.members {
+			if id != n.id {
+				n.tr.AddPeer(id, m.PeerURLs)
+			}
+		}
+		n.membersMu.RUnlock()
+		if err := n.tr.Start(n.id, n); err != nil {
+			n.log.Error("transport start failed", "err", err)
+		}
+		n.started.Store(true)
+		n.wg.Add(5)
+		go n.tickLoop()
+		go n.readyLoop()
+		go n.applyLoop()
+		go n.readIndexLoop()
+		go n.leaderEventLoop()
+		n.wg.Add(1)
+		go n.publishAttrs()
+	})
+}
+
+// Stop stops the loops and the transport. The DB is closed by the caller.
+func (n *Node) Stop() {
+	n.stopOnce.Do(func() {
+		close(n.stopc)
+		if n.started.Load() {
+			n.tr.Stop()
+			n.rn.Stop()
+		}
+		n.wg.Wait()
+		n.ccMu.Lock()
+		for id, c := range n.ccWaiters {
+			c <- ErrStopped
+			delete(n.ccWaiters, id)
+		}
+		n.ccMu.Unlock()
+	})
+}
+
+// ID returns this member's ID.
+func (n *Node) ID() uint64 { return n.id }
+
+// ClusterID returns the cluster ID (0 while a joining member has not learned it).
+func (n *Node) ClusterID() uint64 { return n.clusterID.Load() }
+
+func (n *Node) tickLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			n.rn.Tick()
+		case <-n.stopc:
+			return
+		}
+	}
+}
+
+func (n *Node) readyLoop() {
+	defer n.wg.Done()
+	for {
+		var rd raft.Ready
+		select {
+		case rd = <-n.rn.Ready():
+		case <-n.stopc:
+			return
+		}
+		if rd.SoftState != nil {
+			n.setLeader(rd.SoftState.Lead, rd.SoftState.RaftState == raft.StateLeader)
+		}
+		if rd.HardState != nil && rd.HardState.GetTerm() > 0 {
+			n.leadMu.Lock()
+			n.term = rd.HardState.GetTerm()
+			n.leadMu.Unlock()
+		}
+		for _, rs := range rd.ReadStates {
+			select {
+			case n.readStatec <- rs:
+			default: // the read loop retries
+			}
+		}
+		leader := n.isLeader.Load()
+		if leader {
+			// Raft thesis §10.2.1: the leader may send appends before its own
+			// fsync; the entries count toward commit only once it persisted
+			// them (raft tracks its own match index through Advance).
+			n.send(rd.Messages)
+		}
+		failpoint.Hit(failpoint.RaftBeforeSave)
+		var err error
+		n.lastIndex, err = saveReady(n.db, rd.HardState, rd.Entries, rd.Snapshot, n.lastIndex)
+		if err != nil {
+			n.log.Error("persisting raft state failed; stopping", "err", err)
+			go n.Stop()
+			return
+		}
+		failpoint.Hit(failpoint.RaftAfterSave)
+		if !raft.IsEmptySnap(rd.Snapshot) {
+			if err := n.ms.ApplySnapshot(rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+				n.log.Error("apply snapshot to memory storage", "err", err)
+			}
+			if idx := rd.Snapshot.GetMetadata().GetIndex(); idx > n.appliedIndex() {
+				n.log.Error("raft restored a snapshot whose data was not installed", "index", idx, "applied", n.appliedIndex())
+			}
+		}
+		if rd.HardState != nil {
+			_ = n.ms.SetHardState(rd.HardState)
+		}
+		if err := n.ms.Append(rd.Entries); err != nil {
+			n.log.Error("append to memory storage", "err", err)
+		}
+		if !leader {
+			n.send(rd.Messages)
+		}
+		if len(rd.CommittedEntries) > 0 {
+			item := applyItem{ents: rd.CommittedEntries}
+			hasCC := false
+			for _, e := range rd.CommittedEntries {
+				if e.GetType() != raftpb.EntryNormal {
+					hasCC = true
+				}
+			}
+			if hasCC {
+				item.done = make(chan struct{})
+			}
+			select {
+			case n.applyc <- item:
+			case <-n.stopc:
+				return
+			}
+			if hasCC {
+				// Conf changes must reach raft before it produces more
+				// messages (votes from removed members must not count).
+				select {
+				case <-item.done:
+				case <-n.stopc:
+					return
+				}
+			}
+		}
+		n.rn.Advance()
+	}
+}
+
+// send hands messages to the transport; MsgSnap goes through the snapshot path.
+func (n *Node) send(msgs []*raftpb.Message) {
+	if len(msgs) == 0 {
+		return
+	}
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MsgSnap {
+			n.wg.Add(1)
+			go n.sendSnapshot(m)
+			continue
+		}
+		out = append(out, m)
+	}
+	n.tr.Send(out)
+}
+
+func (n *Node) setLeader(lead uint64, isLeader bool) {
+	n.isLeader.Store(isLeader)
+	n.leadMu.Lock()
+	if lead == n.lead {
+		n.leadMu.Unlock()
+		return
+	}
+	n.lead = lead
+	close(n.leadCh)
+	n.leadCh = make(chan struct{})
+	term := n.rn.Status().HardState.GetTerm()
+	n.term = term
+	n.leadMu.Unlock()
+	n.log.Info("leader changed", "leader", fmt.Sprintf("%x", lead), "term", term, "is_leader", isLeader)
+	select {
+	case n.leaderEvs <- LeaderEvent{Leader: lead, Term: term, IsLeader: isLeader}:
+	default:
+		n.log.Warn("leader event queue full; OnLeaderChange is too slow")
+	}
+}
+
+func (n *Node) leaderEventLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case ev := <-n.leaderEvs:
+			if n.cfg.OnLeaderChange != nil {
+				n.cfg.OnLeaderChange(ev)
+			}
+		case <-n.stopc:
+			return
+		}
+	}
+}
+
+// leader returns the known leader (0: none) and a channel closed at the next change.
+func (n *Node) leader() (uint64, <-chan struct{}) {
+	n.leadMu.Lock()
+	defer n.leadMu.Unlock()
+	return n.lead, n.leadCh
+}
+
+// waitLeader waits until a leader is known.
+func (n *Node) waitLeader(ctx context.Context) error {
+	for {
+		lead, ch := n.leader()
+		if lead != 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ErrNoLeader
+		case <-n.stopc:
+			return ErrStopped
+		}
+	}
+}
+
+// Propose hands data to raft. It waits (up to ctx) for a leader to be known;
+// the result arrives through the StateMachine once the entry is applied.
+// Errors: ErrNoLeader, ErrProposalDropped, ErrTimeout, ErrStopped.
+func (n *Node) Propose(ctx context.Context, data []byte) error {
+	if !n.started.Load() {
+		return ErrStopped
+	}
+	select {
+	case <-n.stopc:
+		return ErrStopped
+	default:
+	}
+	if err := n.waitLeader(ctx); err != nil {
+		return err
+	}
+	return n.mapErr(ctx, n.rn.Propose(ctx, data))
+}
+
+func (n *Node) mapErr(ctx context.Context, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrProposalDropped):
+		return ErrProposalDropped
+	case errors.Is(err, raft.ErrStopped):
+		return ErrStopped
+	case ctx.Err() != nil:
+		if lead, _ := n.leader(); lead == 0 {
+			return ErrNoLeader
+		}
+		return ErrTimeout
+	}
+	return err
+}
+
+// Status reports this member's raft state.
+func (n *Node) Status() Status {
+	st := Status{ID: n.id, AppliedIndex: n.appliedIndex()}
+	st.LastIndex, _ = n.ms.LastIndex()
+	if !n.started.Load() {
+		return st
+	}
+	select {
+	case <-n.stopc:
+		return st
+	default:
+	}
+	rs := n.rn.Status()
+	st.Leader = rs.Lead
+	st.Term = rs.HardState.GetTerm()
+	st.CommitIndex = rs.HardState.GetCommit()
+	n.membersMu.RLock()
+	if m := n.members[n.id]; m != nil {
+		st.IsLearner = m.IsLearner
+	}
+	n.membersMu.RUnlock()
+	return st
+}
+
+// Handler implementation (called by the transport).
+
+// Process steps a message received from a peer.
+func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
+	if !n.started.Load() {
+		return ErrStopped
+	}
+	return n.rn.Step(ctx, m)
+}
+
+// ReportUnreachable tells raft that a peer could not be reached.
+func (n *Node) ReportUnreachable(id uint64) {
+	if n.started.Load() {
+		n.rn.ReportUnreachable(id)
+	}
+}
+
+// MembersInfo answers the Members peer RPC.
+func (n *Node) MembersInfo() (uint64, []Member) { return n.ClusterID(), n.Members() }
+
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any)   { r.Fatal(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Panic(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any)   { r.Panic(fmt.Sprintf(f, v...)) }
