@@ -1,0 +1,293 @@
+// Package cluster starts and stops a 3-member cluster of a system that takes
+// etcd's server flags (etcd itself, or `tenure serve`) on loopback, and waits
+// until it has a leader and accepts writes.
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// System describes a server binary that accepts etcd's flag names.
+type System struct {
+	Label   string   // shown in result tables, e.g. "etcd 3.7.3"
+	Kind    string   // "etcd" or "tenure"
+	Bin     string   // path to the binary
+	PreArgs []string // arguments before the flags, e.g. ["serve"] for tenure
+}
+
+// Options are the server flags shared by every system under test, so that
+// both sides of a comparison run with exactly the same settings.
+type Options struct {
+	Size              int   // members; 3
+	HeartbeatMS       int   // --heartbeat-interval
+	ElectionMS        int   // --election-timeout
+	SnapshotCount     int   // --snapshot-count (0: the server's default)
+	QuotaBackendBytes int64 // --quota-backend-bytes (0: the server's default)
+	LogLevel          string
+	ReadyTimeout      time.Duration
+}
+
+// DefaultOptions are the settings from issue 5: heartbeat 100 ms, election 1000 ms.
+func DefaultOptions() Options {
+	return Options{Size: 3, HeartbeatMS: 100, ElectionMS: 1000, LogLevel: "warn", ReadyTimeout: 60 * time.Second}
+}
+
+type member struct {
+	name, clientURL, peerURL, dataDir, logPath string
+	cmd                                        *exec.Cmd
+	args                                       []string
+	done                                       chan struct{}
+	waitErr                                    error
+}
+
+// Cluster is a running set of members.
+type Cluster struct {
+	Sys       System
+	Dir       string
+	Endpoints []string // client URLs, member order
+	Leader    string   // client URL of the leader found by WaitReady
+	members   []*member
+}
+
+// Start launches the members under dir (dir/data/mN, dir/logs/mN.log) and
+// waits for a leader. Port clashes with other processes on the machine are
+// retried with new ports.
+func Start(ctx context.Context, sys System, dir string, o Options) (*Cluster, error) {
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		c, err := start(ctx, sys, filepath.Join(dir, fmt.Sprintf("try%d", attempt)), o)
+		if err == nil {
+			return c, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+func freePorts(n int) ([]int, error) {
+	ls := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, 0, n)
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func start(ctx context.Context, sys System, dir string, o Options) (*Cluster, error) {
+	ports, err := freePorts(2 * o.Size)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Sys: sys, Dir: dir}
+	var initial []string
+	for i := 0; i < o.Size; i++ {
+		m := &member{
+			name:      fmt.Sprintf("m%d", i+1),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+		}
+		m.dataDir = filepath.Join(dir, "data", m.name)
+		m.logPath = filepath.Join(dir, "logs", m.name+".log")
+		c.members = append(c.members, m)
+		c.Endpoints = append(c.Endpoints, m.clientURL)
+		initial = append(initial, m.name+"="+m.peerURL)
+	}
+	token := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	for _, m := range c.members {
+		if err := os.MkdirAll(filepath.Dir(m.logPath), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(filepath.Dir(m.dataDir), 0o755); err != nil {
+			return nil, err
+		}
+		args := append([]string{}, sys.PreArgs...)
+		args = append(args,
+			"--name="+m.name,
+			"--data-dir="+m.dataDir,
+			"--listen-client-urls="+m.clientURL,
+			"--advertise-client-urls="+m.clientURL,
+			"--listen-peer-urls="+m.peerURL,
+			"--initial-advertise-peer-urls="+m.peerURL,
+			"--initial-cluster="+strings.Join(initial, ","),
+			"--initial-cluster-state=new",
+			"--initial-cluster-token="+token,
+			fmt.Sprintf("--heartbeat-interval=%d", o.HeartbeatMS),
+			fmt.Sprintf("--election-timeout=%d", o.ElectionMS),
+		)
+		if o.SnapshotCount > 0 {
+			args = append(args, fmt.Sprintf("--snapshot-count=%d", o.SnapshotCount))
+		}
+		if o.QuotaBackendBytes > 0 {
+			args = append(args, fmt.Sprintf("--quota-backend-bytes=%d", o.QuotaBackendBytes))
+		}
+		if o.LogLevel != "" {
+			args = append(args, "--log-level="+o.LogLevel)
+		}
+		lf, err := os.Create(m.logPath)
+		if err != nil {
+			return nil, err
+		}
+		m.args = args
+		m.cmd = exec.Command(sys.Bin, args...)
+		m.cmd.Stdout, m.cmd.Stderr = lf, lf
+		m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := m.cmd.Start(); err != nil {
+			lf.Close()
+			c.Stop()
+			return nil, fmt.Errorf("start %s %s: %w", sys.Label, m.name, err)
+		}
+		m.done = make(chan struct{})
+		go func(m *member, lf *os.File) {
+			m.waitErr = m.cmd.Wait()
+			lf.Close()
+			close(m.done)
+		}(m, lf)
+	}
+	if err := c.WaitReady(ctx, o.ReadyTimeout); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// CommandLine returns the command line of member i, for the report.
+func (c *Cluster) CommandLine(i int) string {
+	m := c.members[i]
+	return c.Sys.Bin + " " + strings.Join(m.args, " ")
+}
+
+func (c *Cluster) exited() error {
+	for _, m := range c.members {
+		select {
+		case <-m.done:
+			return fmt.Errorf("%s member %s exited (%v); log tail:\n%s", c.Sys.Label, m.name, m.waitErr, tail(m.logPath, 2000))
+		default:
+		}
+	}
+	return nil
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// Client returns a clientv3 client on all endpoints.
+func (c *Cluster) Client() (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// WaitReady waits until every member reports the same non-zero leader and a
+// write through the cluster succeeds.
+func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cli, err := c.Client()
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	var last error
+	for {
+		if err := c.exited(); err != nil {
+			return err
+		}
+		last = c.probe(ctx, cli)
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: no leader within %v: %v", c.Sys.Label, timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) probe(ctx context.Context, cli *clientv3.Client) error {
+	var leader uint64
+	leaderEP := ""
+	for _, ep := range c.Endpoints {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		st, err := cli.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("status %s: %w", ep, err)
+		}
+		if st.Leader == 0 {
+			return fmt.Errorf("%s: no leader yet", ep)
+		}
+		if leader != 0 && st.Leader != leader {
+			return fmt.Errorf("members disagree on the leader")
+		}
+		leader = st.Leader
+		if st.Header != nil && st.Header.MemberId == st.Leader {
+			leaderEP = ep
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if _, err := cli.Put(pctx, "bench/ready", "1"); err != nil {
+		return fmt.Errorf("put: %w", err)
+	}
+	if leaderEP == "" {
+		return errors.New("leader is not one of the endpoints")
+	}
+	c.Leader = leaderEP
+	return nil
+}
+
+// Stop terminates every member (SIGTERM, then SIGKILL after 3 s: a benchmark
+// cluster's data is thrown away, and a graceful leader transfer to members
+// that are stopping too only delays the next run).
+func (c *Cluster) Stop() {
+	for _, m := range c.members {
+		if m.cmd != nil && m.cmd.Process != nil && m.done != nil {
+			_ = m.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	for _, m := range c.members {
+		if m.done == nil {
+			continue
+		}
+		select {
+		case <-m.done:
+		case <-time.After(3 * time.Second):
+			_ = m.cmd.Process.Kill()
+			<-m.done
+		}
+	}
+}
+
+// RemoveData deletes the members' data directories (logs are kept).
+func (c *Cluster) RemoveData() error {
+	return os.RemoveAll(filepath.Join(c.Dir, "data"))
+}
