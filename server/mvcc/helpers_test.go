@@ -53,7 +53,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) open() {
 	e.t.Helper()
-	db, err := pebble.Open("db", &pebble.Options{FS: e.fs})
+	db, err := pebble.Open("db", &pebble.Options{FS: e.fs, Logger: quietLogger{}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -218,3 +218,9 @@ func countRecords(t testing.TB, db *pebble.DB, prefix byte) int {
 	}
 	return n
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)      {}
+func (quietLogger) Errorf(f string, a ...any) { fmt.Printf("pebble: "+f+"\n", a...) }
+func (quietLogger) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
