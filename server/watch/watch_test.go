@@ -284,7 +284,7 @@ func TestProgressNotify(t *testing.T) {
 	ts := e.stream(nil, false)
 	c := ts.create(&pb.WatchCreateRequest{Key: []byte("a"), ProgressNotify: true})
 	ts.create(&pb.WatchCreateRequest{Key: []byte("b")}) // no progress for this one
-	write(e.src, e.hub, put("zzz", "v"))             // rev 2, no event for the watcher
+	write(e.src, e.hub, put("zzz", "v"))                // rev 2, no event for the watcher
 	for {
 		r := ts.next()
 		if r.WatchId != c.WatchId {
