@@ -618,12 +618,16 @@ func (c *Cluster) WaitMemberReady(ctx context.Context, i int) error {
 	}
 }
 
-// Etcdctl runs etcdctl (ETCDCTL_API=3) against all endpoints, or against
-// the ones given with an explicit --endpoints argument, and returns its
-// combined output.
+// Etcdctl runs etcdctl against all endpoints (unless args has an explicit
+// --endpoints) and returns its stdout; a failure's error carries stderr.
 func (c *Cluster) Etcdctl(ctx context.Context, args ...string) (string, error) {
 	cmd := c.EtcdctlCmd(ctx, args...)
-	out, err := cmd.CombinedOutput()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		err = fmt.Errorf("%w; stderr: %s", err, strings.TrimSpace(stderr.String()))
+	}
 	return string(out), err
 }
 
@@ -639,7 +643,13 @@ func (c *Cluster) EtcdctlCmd(ctx context.Context, args ...string) *exec.Cmd {
 		args = append([]string{"--endpoints", strings.Join(c.Endpoints(), ",")}, args...)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "ETCDCTL_API=3")
+	// etcdctl 3.7 speaks only the v3 API and warns about ETCDCTL_API, so
+	// it is removed from the environment rather than set.
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "ETCDCTL_API=") {
+			cmd.Env = append(cmd.Env, e)
+		}
+	}
 	cmd.WaitDelay = 2 * time.Second
 	return cmd
 }

@@ -5,7 +5,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,4 +54,22 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer process and a reading test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
