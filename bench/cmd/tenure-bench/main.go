@@ -146,6 +146,7 @@ func run() error {
 					return ctx.Err()
 				}
 				dir := filepath.Join(runDir, fmt.Sprintf("r%d-%s-%s", r+1, s.ID(), slug(sys.Label)))
+				load := machine.LoadAvg()
 				res, cmds, err := runOne(ctx, *runTO, sys, s, opts, dir, tools, m, *keep)
 				sr := results[s.ID()]
 				if len(cmds) > 0 {
@@ -159,8 +160,9 @@ func run() error {
 					sr.Failures[sys.Label] = append(sr.Failures[sys.Label], err.Error())
 					continue
 				}
-				logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d", r+1, s.ID(), sys.Label,
-					res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors)
+				res.Extra = map[string]string{"load": load}
+				logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d  (load %s)", r+1, s.ID(), sys.Label,
+					res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, load)
 				sr.Runs[sys.Label] = append(sr.Runs[sys.Label], res)
 			}
 		}

@@ -74,11 +74,25 @@ func (r *Run) chart(sr *SuiteResult, path string) error {
 		lp.Add(lc)
 		lp.Legend.Add(v.label, lc)
 	}
+	maxRPS, maxLat := 0.0, 0.0
+	for _, v := range vals {
+		maxRPS = max(maxRPS, v.m.RPS)
+		maxLat = max(maxLat, ms64(v.m.P99), ms64(v.m.P50))
+	}
 	tp.NominalX("")
 	lp.NominalX("p50", "p99")
-	tp.Legend.Top = true
-	lp.Legend.Top = true
-	tp.Y.Min, lp.Y.Min = 0, 0
+	for _, p := range []*plot.Plot{tp, lp} {
+		p.Legend.Top = true
+		p.Legend.Left = true
+		p.Legend.XOffs = vg.Points(8)
+		p.Y.Min = 0
+	}
+	// Headroom above the bars for the legend.
+	head := 1.0 + 0.18*float64(len(vals))
+	tp.Y.Max = maxRPS * head
+	lp.Y.Max = maxLat * head
+	tp.X.Min, tp.X.Max = -1, 1
+	lp.X.Min, lp.X.Max = -0.7, 1.7
 
 	img := vgimg.New(vg.Points(860), vg.Points(360))
 	dc := draw.New(img)

@@ -120,11 +120,15 @@ func (r *Run) Markdown(chartDir string) string {
 			}
 			w("| %s | %.0f | %s | %s | %d | %s | %s | %s |\n", sl.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs, rr, rp)
 		}
-		w("\nIndividual runs (req/s / p50 ms):")
+		w("\nIndividual runs (req/s / p50 ms [load average before the run]):")
 		for _, sl := range r.Slots {
 			var parts []string
 			for _, x := range sr.Runs[sl.Label] {
-				parts = append(parts, fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50)))
+				p := fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))
+				if l := x.Extra["load"]; l != "" {
+					p += " [" + strings.Fields(l)[0] + "]"
+				}
+				parts = append(parts, p)
 			}
 			w(" %s: %s;", sl.Label, strings.Join(parts, ", "))
 		}
