@@ -272,6 +272,14 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 		h.lg.Warn("watch: Notify with a revision not above the last one; ignored", "rev", rev, "last", h.rev)
 		return
 	}
+	if rev != h.rev+1 && h.nWatch > 0 {
+		// A revision was never notified: nobody may skip it. Every synced
+		// watcher that could have wanted it catches up from History.
+		h.lg.Warn("watch: Notify skipped revisions; resyncing watchers from history", "last", h.rev, "rev", rev)
+		h.resyncFrom(h.rev + 1)
+		h.rev = rev
+		return
+	}
 	h.rev = rev
 	if len(events) == 0 || h.nWatch == 0 {
 		return
@@ -332,6 +340,20 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 	if moved {
 		h.kick()
 	}
+}
+
+// resyncFrom moves every synced watcher that could receive revision from
+// to unsynced; h.mu held.
+func (h *Hub) resyncFrom(from int64) {
+	var ws []*watcher
+	for _, s := range h.keyW {
+		ws = append(ws, s.ws...)
+	}
+	ws = append(ws, h.rangeW.ws...)
+	for _, w := range ws {
+		h.toUnsynced(w, max(from, w.minRev))
+	}
+	h.kick()
 }
 
 // addSynced, toUnsynced, toSynced and remove move a watcher between sets;

@@ -152,3 +152,30 @@ func BenchmarkNotifyFanout(b *testing.B) {
 		})
 	}
 }
+
+func TestNotifyGapResyncs(t *testing.T) {
+	src := newFakeSource()
+	h := NewHub(src, HubConfig{}, testLogger(t))
+	defer h.Close()
+	st := newTestStream(h)
+	h.create(st, createReq("a", "", 0))
+	h.create(st, createReq("a", "", 10)) // future watcher survives the resync
+	write(src, h, put("a", "1"))
+	src.apply(put("a", "2")) // revision 2 is never notified
+	write(src, h, put("a", "3"))
+	for range 7 {
+		write(src, h, put("a", "x")) // 4..10
+	}
+	got := map[int64][]int64{}
+	eventually(t, "all events", func() bool {
+		for _, r := range drain(h, st) {
+			for _, e := range r.Events {
+				got[r.WatchId] = append(got[r.WatchId], e.Kv.ModRevision)
+			}
+		}
+		return len(got[0]) >= 10 && len(got[1]) >= 1
+	})
+	if fmt.Sprint(got[0]) != "[1 2 3 4 5 6 7 8 9 10]" || fmt.Sprint(got[1]) != "[10]" {
+		t.Fatalf("got %v", got)
+	}
+}

@@ -389,8 +389,9 @@ func TestStalledWatcher(t *testing.T) {
 	small := []grpc.DialOption{grpc.WithInitialWindowSize(64 << 10), grpc.WithInitialConnWindowSize(64 << 10)}
 	stalled := e.stream(e.dial(small...), true)
 	live := e.stream(e.dial(), false)
-	// The stalled client reads its created response, then stops.
-	stalled.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: createReq("k", "l", 0)}})
+	// The stalled client reads nothing until told to. Its create may reach
+	// the server after the first writes: start at 1 so it wants them all.
+	stalled.send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: createReq("k", "l", 1)}})
 	lc := live.create(createReq("k", "l", 0))
 
 	const n = 2000
