@@ -51,7 +51,7 @@ func run() error {
 		runTO    = flag.Duration("run-timeout", 5*time.Minute, "limit for one suite run against one system (cluster start included)")
 	)
 	flag.Parse()
-	all := suite.EtcdBenchSuites()
+	all := suite.All()
 	if *list {
 		for _, s := range all {
 			fmt.Printf("%-22s %s\n", s.ID(), s.Title())
@@ -134,6 +134,7 @@ func run() error {
 		rep.Suites = append(rep.Suites, sr)
 	}
 	opts := cluster.DefaultOptions()
+	startFails := map[string]int{} // consecutive cluster start failures per system
 	logf("run %s: %d suites × %d systems × %d repetitions, work dir %s", runID, len(sel), len(systems), *repeat, runDir)
 	for r := 0; r < *repeat; r++ {
 		for _, s := range sel {
@@ -145,6 +146,11 @@ func run() error {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
+				if startFails[sys.Label] >= 2 {
+					results[s.ID()].Failures[sys.Label] = append(results[s.ID()].Failures[sys.Label], "skipped: the cluster failed to start twice in a row earlier in this run")
+					logf("  r%d %-20s %-24s skipped (cluster failed to start twice in a row)", r+1, s.ID(), sys.Label)
+					continue
+				}
 				dir := filepath.Join(runDir, fmt.Sprintf("r%d-%s-%s", r+1, s.ID(), slug(sys.Label)))
 				load := machine.LoadAvg()
 				res, cmds, err := runOne(ctx, *runTO, sys, s, opts, dir, tools, m, *keep)
@@ -154,6 +160,12 @@ func run() error {
 				}
 				if res.Command != "" {
 					sr.Commands[sys.Label] = res.Command
+				}
+				var se *startError
+				if errors.As(err, &se) {
+					startFails[sys.Label]++
+				} else if err == nil {
+					startFails[sys.Label] = 0
 				}
 				if err != nil {
 					logf("  r%d %-20s %-24s FAILED: %v", r+1, s.ID(), sys.Label, firstLine(err.Error()))
@@ -192,7 +204,7 @@ func runOne(ctx context.Context, timeout time.Duration, sys cluster.System, s su
 	defer cancel()
 	c, err := cluster.Start(ctx, sys, dir, o)
 	if err != nil {
-		return suite.Result{}, nil, err
+		return suite.Result{}, nil, &startError{err}
 	}
 	var cmds []string
 	for i := range c.Endpoints {
@@ -208,6 +220,12 @@ func runOne(ctx context.Context, timeout time.Duration, sys cluster.System, s su
 	res, err := s.Run(ctx, env)
 	return res, cmds, err
 }
+
+// startError marks a failure to bring the cluster up (as opposed to a suite failure).
+type startError struct{ err error }
+
+func (e *startError) Error() string { return "cluster start: " + e.err.Error() }
+func (e *startError) Unwrap() error { return e.err }
 
 func selectSuites(all []suite.Suite, ids string) ([]suite.Suite, error) {
 	if ids == "" {

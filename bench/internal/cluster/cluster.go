@@ -41,7 +41,7 @@ type Options struct {
 
 // DefaultOptions are the settings from issue 5: heartbeat 100 ms, election 1000 ms.
 func DefaultOptions() Options {
-	return Options{Size: 3, HeartbeatMS: 100, ElectionMS: 1000, LogLevel: "warn", ReadyTimeout: 60 * time.Second}
+	return Options{Size: 3, HeartbeatMS: 100, ElectionMS: 1000, LogLevel: "warn", ReadyTimeout: 30 * time.Second}
 }
 
 type member struct {
@@ -61,9 +61,13 @@ type Cluster struct {
 	members   []*member
 }
 
+// ErrExited is returned (wrapped) when a member process exits during start.
+var ErrExited = errors.New("member exited")
+
 // Start launches the members under dir (dir/data/mN, dir/logs/mN.log) and
-// waits for a leader. Port clashes with other processes on the machine are
-// retried with new ports.
+// waits for a leader. A member that exits during start (e.g. a port taken by
+// another process between our probe and its bind) is retried with new ports;
+// a cluster that runs but finds no leader within ReadyTimeout is not.
 func Start(ctx context.Context, sys System, dir string, o Options) (*Cluster, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
@@ -72,7 +76,7 @@ func Start(ctx context.Context, sys System, dir string, o Options) (*Cluster, er
 			return c, nil
 		}
 		lastErr = err
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || !errors.Is(err, ErrExited) {
 			break
 		}
 	}
@@ -185,7 +189,7 @@ func (c *Cluster) exited() error {
 	for _, m := range c.members {
 		select {
 		case <-m.done:
-			return fmt.Errorf("%s member %s exited (%v); log tail:\n%s", c.Sys.Label, m.name, m.waitErr, tail(m.logPath, 2000))
+			return fmt.Errorf("%s member %s: %w (%v); log tail:\n%s", c.Sys.Label, m.name, ErrExited, m.waitErr, tail(m.logPath, 2000))
 		default:
 		}
 	}

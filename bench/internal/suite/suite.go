@@ -63,3 +63,11 @@ type Suite interface {
 	Primary() Metric
 	Run(ctx context.Context, env *Env) (Result, error)
 }
+
+// All returns every suite in run order. Later families (locks, watch fan-out,
+// failover, RSS/restart at 1M keys) append theirs here.
+func All() []Suite {
+	var all []Suite
+	all = append(all, EtcdBenchSuites()...)
+	return all
+}
