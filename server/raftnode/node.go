@@ -155,10 +155,9 @@ func New(cfg Config) (*Node, error) {
 			if m.Name == cfg.Name {
 				n.id = id
 			}
+			// Every member must bootstrap the identical log: no local-only
+			// fields (client URLs are published later by publishAttrs).
 			mm := Member{ID: id, Name: m.Name, PeerURLs: m.PeerURLs}
-			if m.Name == cfg.Name {
-				mm.ClientURLs = cfg.ClientURLs
-			}
 			ctx, _ := json.Marshal(mm)
 			n.boot = append(n.boot, raft.Peer{ID: id, Context: ctx})
 		}

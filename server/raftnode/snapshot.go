@@ -1,7 +1,9 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -134,6 +136,7 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata, next SnapshotReade
 	if err := b.DeleteRange(smStart, smEnd, nil); err != nil {
 		return err
 	}
+	var got uint64
 	for {
 		chunk, err := next()
 		if err == io.EOF {
@@ -146,14 +149,13 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata, next SnapshotReade
 			if len(kv.Key) == 0 || kv.Key[0] < storage.StateMachineStart || kv.Key[0] >= storage.StateMachineEnd {
 				return fmt.Errorf("raftnode: snapshot key %q outside the state-machine range", kv.Key)
 			}
+			if bytes.Equal(kv.Key, storage.KeyAppliedIndex) && len(kv.Value) == 8 {
+				got = binary.BigEndian.Uint64(kv.Value)
+			}
 			if err := b.Set(kv.Key, kv.Value, nil); err != nil {
 				return err
 			}
 		}
-	}
-	got, err := getU64(b, storage.KeyAppliedIndex)
-	if err != nil {
-		return err
 	}
 	if got != meta.GetIndex() {
 		return fmt.Errorf("raftnode: snapshot applied index %d != metadata index %d", got, meta.GetIndex())
