@@ -362,7 +362,7 @@ func evenClusterWarning(n int) string {
 	quorum := n/2 + 1
 	tolerates := (n - 1) / 2
 	return fmt.Sprintf("--initial-cluster: %d members is an even number, which adds no failure tolerance: "+
-		"%d members tolerate %d failure(s), the same as %d members do, but a quorum needs %d of %d instead of %d of %d, "+
+		"%d members tolerate %d failure(s), the same as %d member(s) do, but a quorum needs %d of %d instead of %d of %d, "+
 		"so there are more ways to lose it; use an odd size such as 3 or 5",
 		n, n, tolerates, n-1, quorum, n, (n-1)/2+1, n-1)
 }

@@ -95,7 +95,10 @@ func TestValidateRules(t *testing.T) {
 		{"heartbeat zero", func(c *Config) { c.HeartbeatInterval = 0 }, []string{"--heartbeat-interval: must be > 0 (set to 0ms)"}},
 		{"heartbeat negative", func(c *Config) { c.HeartbeatInterval = -time.Millisecond }, []string{"--heartbeat-interval: must be > 0"}},
 		{"election zero", func(c *Config) { c.ElectionTimeout = 0 }, []string{"--election-timeout: must be > 0"}},
-		{"election < 5x heartbeat", func(c *Config) { c.HeartbeatInterval = 250 * time.Millisecond; c.ElectionTimeout = 1000 * time.Millisecond },
+		{"election < 5x heartbeat", func(c *Config) {
+			c.HeartbeatInterval = 250 * time.Millisecond
+			c.ElectionTimeout = 1000 * time.Millisecond
+		},
 			[]string{"--election-timeout: 1000ms must be at least 5 times --heartbeat-interval (250ms), i.e. >= 1250ms"}},
 		{"election too long", func(c *Config) { c.ElectionTimeout = 50001 * time.Millisecond },
 			[]string{"--election-timeout: 50001ms is too long, must be at most 50000ms"}},

@@ -3,9 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,22 +37,31 @@ func withClientFlags(a *app, g *globalFlags, cmd *cobra.Command) *cobra.Command 
 	pf.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "timeout for short-running commands (excluding dial timeout)")
 	pf.StringVarP(&g.writeOut, "write-out", "w", "simple", "output format: simple or json")
 	cmd.PersistentPreRunE = func(c *cobra.Command, args []string) error {
-		if _, err := applyEnv(c.Flags(), clientFlagNames, a.env); err != nil {
+		_, fromEnv, err := applyEnv(c.Flags(), clientFlagNames, a.env)
+		if err != nil {
 			return err
 		}
+		// name says where a bad value came from.
+		name := func(flag string) string {
+			if fromEnv[flag] {
+				return envName(flag)
+			}
+			return "--" + flag
+		}
+		var errs []error
 		if g.writeOut != "simple" && g.writeOut != "json" {
-			return fmt.Errorf("--write-out: unsupported output format %q (want simple or json)", g.writeOut)
+			errs = append(errs, fmt.Errorf("%s: unsupported output format %q (want simple or json)", name("write-out"), g.writeOut))
 		}
 		if len(g.endpoints) == 0 {
-			return fmt.Errorf("--endpoints: no endpoints given")
+			errs = append(errs, fmt.Errorf("%s: no endpoints given", name("endpoints")))
 		}
 		if g.dialTimeout <= 0 {
-			return fmt.Errorf("--dial-timeout: must be > 0, got %v", g.dialTimeout)
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", name("dial-timeout"), g.dialTimeout))
 		}
 		if g.commandTimeout <= 0 {
-			return fmt.Errorf("--command-timeout: must be > 0, got %v", g.commandTimeout)
+			errs = append(errs, fmt.Errorf("%s: must be > 0, got %v", name("command-timeout"), g.commandTimeout))
 		}
-		return nil
+		return errors.Join(errs...)
 	}
 	return cmd
 }
@@ -103,5 +112,3 @@ func (p *printer) kv(k, v []byte) {
 func usageError(format string, args ...any) error {
 	return fmt.Errorf(format, args...)
 }
-
-func trimLines(s string) string { return strings.TrimRight(s, "\n") }

@@ -116,24 +116,29 @@ func envName(flag string) string {
 // applyEnv sets each named flag not given on the command line from its
 // environment variable, if that is non-empty. A malformed value is an error
 // naming the variable. A variable shadowed by a command-line flag gives a
-// warning.
-func applyEnv(fs *pflag.FlagSet, names []string, env func(string) string) (warnings []string, err error) {
+// warning. fromEnv lists the flags that were set from the environment.
+func applyEnv(fs *pflag.FlagSet, names []string, env func(string) string) (warnings []string, fromEnv map[string]bool, err error) {
 	var errs []error
+	fromEnv = map[string]bool{}
 	for _, name := range names {
 		key := envName(name)
 		v := env(key)
-		if v == "" {
+		f := fs.Lookup(name)
+		if v == "" || f == nil {
 			continue
 		}
-		if fs.Changed(name) {
+		if f.Changed {
 			warnings = append(warnings, fmt.Sprintf("environment variable %s is ignored: --%s was given on the command line", key, name))
 			continue
 		}
-		if err := fs.Set(name, v); err != nil {
+		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("%s=%q: invalid value for --%s: %v", key, v, name, err))
+			continue
 		}
+		f.Changed = true
+		fromEnv[name] = true
 	}
-	return warnings, errors.Join(errs...)
+	return warnings, fromEnv, errors.Join(errs...)
 }
 
 // flagNames lists the flags of fs, in definition order.

@@ -85,7 +85,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 // (shadowed environment variables, Config.Warnings) come back even with an
 // error.
 func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.Config, []string, error) {
-	warnings, err := applyEnv(fs, flagNames(fs), env)
+	warnings, _, err := applyEnv(fs, flagNames(fs), env)
 	if err != nil {
 		return server.Config{}, warnings, err
 	}
