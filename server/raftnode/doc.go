@@ -19,6 +19,28 @@
 //     range (storage.StateMachineStart ... StateMachineEnd) at its applied
 //     index, taken from one Pebble snapshot.
 //
+// Implementation notes:
+//   - Driven by raft.Node (the library's goroutine), with a Ready loop that
+//     persists hard state + entries (+ snapshot metadata) in one synced Pebble
+//     batch before followers send; the leader sends its appends first (raft
+//     thesis §10.2.1). Committed entries go to a separate apply goroutine over
+//     a bounded channel; a group containing a conf change is waited for before
+//     Advance so raft never counts votes from removed members.
+//   - Restart replays entries from the last compaction snapshot; the apply
+//     loop skips entries <= the stored applied index but still hands every
+//     conf change to raft (ApplyConfChange), as etcd does.
+//   - Log compaction keeps no snapshot data: the state lives in Pebble. A
+//     MsgSnap is rewritten to the sender's applied index/term/ConfState from
+//     one Pebble snapshot and the state-machine range is streamed in chunks
+//     (etcd's "merged snapshot"). The receiver replaces the range in one
+//     synced batch under the apply lock, calls Reload, then steps the MsgSnap.
+//   - Entries whose data starts with 0xFE are internal (member attribute
+//     publishing) and never reach the StateMachine.
+//   - Member records (JSON) live under storage.PrefixMembers (+ id, and
+//     + id + 'r' as a "removed" tombstone); conf changes carry the Member
+//     JSON in their context.
+//
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
-// ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists.
+// ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,
+// ErrNotLearner, ErrTooManyLearners, ErrNotLeader (PromoteMember off-leader).
 package raftnode
