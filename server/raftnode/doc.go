@@ -37,7 +37,7 @@
 //   - Entries whose data starts with 0xFE are internal (member attribute
 //     publishing) and never reach the StateMachine.
 //   - Member records (JSON) live under storage.PrefixMembers (+ id, and
-//     + id + 'r' as a "removed" tombstone); conf changes carry the Member
+//   - id + 'r' as a "removed" tombstone); conf changes carry the Member
 //     JSON in their context.
 //
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
