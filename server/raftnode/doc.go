@@ -36,9 +36,9 @@
 //     synced batch under the apply lock, calls Reload, then steps the MsgSnap.
 //   - Entries whose data starts with 0xFE are internal (member attribute
 //     publishing) and never reach the StateMachine.
-//   - Member records (JSON) live under storage.PrefixMembers (+ id, and
-//   - id + 'r' as a "removed" tombstone); conf changes carry the Member
-//     JSON in their context.
+//   - Member records (JSON) live under storage.PrefixMembers followed by the
+//     id (and the id plus 'r' marks a removed member); conf changes carry
+//     the Member JSON in their context.
 //
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
 // ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,
