@@ -17,6 +17,29 @@
 // Readers run concurrently on Pebble iterators, which are point-in-time
 // consistent, and never see an unpublished revision.
 //
+// Several Begin/End pairs may stage into one batch before it is committed:
+// the store keeps a staged revision apart from the published one. If a
+// batch is dropped instead of committed, call Abandon.
+//
+// Semantics follow etcd v3 (mvcc + server/etcdserver/txn): reads at a
+// revision below CompactRev fail with ErrCompacted (the compaction revision
+// itself stays readable), above Rev with ErrFutureRev; Range count is the
+// number of keys in the interval before filters and limit; a Txn evaluates
+// all compares on its chosen path against the state before it runs, checks
+// every chosen op, then executes, all in one revision.
+//
+// Compaction at R: Txn.Compact records KeyCompactRev in the batch; after
+// Publish a background goroutine deletes, per key, every version older than
+// the newest one <= R (and that one if it is a tombstone), then the revision
+// log below R, in bounded batches, and finally writes KeyCompactDone. It is
+// idempotent and resumed by Open/Reload. The current revision lives only in
+// KeyCurrentRev, so compaction can never move it backwards. Snapshot
+// installers call PauseCompaction before replacing the key range and Reload
+// after.
+//
 // Errors: ErrCompacted, ErrFutureRev, ErrKeyNotFound (ignore_value /
-// ignore_lease on a missing key), ErrLeaseNotFound.
+// ignore_lease on a missing key), ErrLeaseNotFound — all detected before
+// anything is written to the batch. Any other error from a Txn method may
+// leave partial writes: drop the batch and call Abandon. DeleteKeys and End
+// panic on storage failure (the apply loop cannot continue after one).
 package mvcc
