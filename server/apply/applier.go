@@ -318,9 +318,9 @@ func (a *Applier) currentRev() int64 {
 
 // Committed implements raftnode.StateMachine: the batch is in the store.
 func (a *Applier) Committed() {
-	if a.lastRev > a.kv.Rev() {
-		a.kv.Publish(a.lastRev)
-	}
+	// Publish even when the revision did not move: a compaction is staged
+	// without a new revision and becomes visible here.
+	a.kv.Publish(a.currentRev())
 	if a.hub != nil {
 		for _, re := range a.stagedRevs {
 			a.hub.Notify(re.rev, re.events)
@@ -339,6 +339,10 @@ func (a *Applier) Committed() {
 		a.stagedRes = a.stagedRes[:0]
 	}
 }
+
+// PrepareRestore is called by raftnode before a received snapshot replaces
+// the store: mvcc's background compaction must stop writing first.
+func (a *Applier) PrepareRestore() { a.kv.PauseCompaction() }
 
 // Reload implements raftnode.StateMachine: the store was replaced by a snapshot.
 func (a *Applier) Reload() error {

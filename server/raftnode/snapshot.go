@@ -160,6 +160,11 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata, next SnapshotReade
 	if got != meta.GetIndex() {
 		return fmt.Errorf("raftnode: snapshot applied index %d != metadata index %d", got, meta.GetIndex())
 	}
+	// Background work of the state machine (mvcc's physical compaction) must
+	// not write over the range being replaced; Reload resumes it.
+	if p, ok := n.sm.(interface{ PrepareRestore() }); ok {
+		p.PrepareRestore()
+	}
 	failpoint.Hit(failpoint.SnapshotBeforeSave)
 	if err := b.Commit(pebble.Sync); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -104,7 +105,7 @@ func Key(prefix byte, parts ...[]byte) []byte {
 
 // Reader is what both *pebble.DB, *pebble.Batch and *pebble.Snapshot provide.
 type Reader interface {
-	Get(key []byte) ([]byte, func() error, error)
+	Get(key []byte) ([]byte, io.Closer, error)
 }
 
 // GetU64 reads a big-endian uint64; a missing key reads as 0.
@@ -116,7 +117,7 @@ func GetU64(r Reader, key []byte) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer closer()
+	defer closer.Close()
 	if len(v) != 8 {
 		return 0, fmt.Errorf("tenure: storage: corrupt uint64 at %q (len %d)", key, len(v))
 	}
@@ -132,7 +133,7 @@ func GetCopy(r Reader, key []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer closer()
+	defer closer.Close()
 	return append([]byte(nil), v...), nil
 }
 
@@ -148,4 +149,9 @@ func (quietLogger) Errorf(f string, a ...interface{}) {
 func (quietLogger) Fatalf(f string, a ...interface{}) {
 	fmt.Fprintf(os.Stderr, "pebble: fatal: "+f+"\n", a...)
 	os.Exit(2)
+}
+
+// Iterable is what *pebble.DB, *pebble.Batch (indexed) and *pebble.Snapshot provide.
+type Iterable interface {
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
 }
