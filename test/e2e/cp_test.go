@@ -55,9 +55,11 @@ func TestNoQuorumNoAnswer(t *testing.T) {
 	c.Resume(0)
 	c.Resume(1)
 	paused = false
+	resumed := time.Now()
 	if err := c.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("cluster ready %v after resume", time.Since(resumed).Round(time.Millisecond))
 	r, err := c.Client(remaining).Get(ctx, "/cp")
 	if err != nil {
 		t.Fatal(err)

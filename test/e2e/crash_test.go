@@ -296,6 +296,11 @@ var failpoints = []struct {
 
 const failpointExitCode = 86
 
+// snapshotCatchUpEntries is how many raft entries a member keeps behind a
+// log compaction (etcd's and Tenure's default, 5000): a follower further
+// behind than this plus --snapshot-count is sent a snapshot.
+const snapshotCatchUpEntries = 5000
+
 func TestFailpointCrashes(t *testing.T) {
 	if cluster.TargetFromEnv(t) == cluster.Etcd {
 		t.Skip("Tenure's failpoints; etcd has its own (gofail) and different names")
@@ -303,16 +308,19 @@ func TestFailpointCrashes(t *testing.T) {
 	for _, fp := range failpoints {
 		t.Run(fp.name, func(t *testing.T) {
 			c := start(t, cluster.Options{SnapshotCount: 100})
-			ctx := testCtx(t, 90*time.Second)
+			ctx := testCtx(t, 150*time.Second)
 			const victim = 0
 			env := []string{fmt.Sprintf("TENURE_FAILPOINTS=%s=3*exit", fp.name)}
-			w := startWriters(t, c, "/fp/", 3, []int{1, 2})
+			if fp.setup == "snapshot" {
+				env = []string{fmt.Sprintf("TENURE_FAILPOINTS=%s=1*exit", fp.name)}
+			}
+			w := startWriters(t, c, "/fp/", 6, []int{1, 2})
 			if fp.setup == "snapshot" {
 				// fall behind by more than the retained log, then come back:
 				// the leader must send a snapshot.
 				c.Stop(victim)
-				w.waitAcked(t, 1500, 60*time.Second)
-				c.RestartWithEnv(victim, []string{fmt.Sprintf("TENURE_FAILPOINTS=%s=1*exit", fp.name)})
+				w.waitAcked(t, snapshotCatchUpEntries+3*100, 90*time.Second)
+				c.RestartWithEnv(victim, env)
 			} else {
 				c.Stop(victim)
 				c.RestartWithEnv(victim, env)
@@ -332,7 +340,7 @@ func TestFailpointCrashes(t *testing.T) {
 					}
 				}()
 			}
-			wctx, wcancel := context.WithTimeout(ctx, 45*time.Second)
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
 			code, err := c.WaitExit(wctx, victim)
 			wcancel()
 			ccancel()
