@@ -1,9 +1,9 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
-	"context"
 	"strings"
 	"testing"
 	"time"

@@ -373,4 +373,3 @@ func (m *Mux) Close() error {
 	}
 	return err
 }
-
