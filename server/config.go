@@ -26,6 +26,7 @@ type Config struct {
 	ListenMetricsURLs        []string      // --listen-metrics-urls
 	LogLevel                 string        // --log-level: debug|info|warn|error
 	LogFormat                string        // --log-format: json|text
+	EnablePprof              bool          // --enable-pprof: /debug/pprof on the client URLs
 
 	// RequestTimeout bounds how long a client request waits for raft
 	// (proposal commit or read barrier) before failing with "request timed out".

@@ -7,11 +7,15 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -62,8 +66,11 @@ type Member struct {
 	node     *raftnode.Node
 	kv       *mvcc.Store
 	hub      *watch.Hub
-	db       interface{ Close() error }
+	lessor   *lease.Lessor
+	db       *pebble.DB
+	registry *prometheus.Registry
 	grpcs    []*grpc.Server
+	https    []*http.Server
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -145,10 +152,11 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	edge := api.New(api.Config{
 		Node: node, Applier: ap, KV: kv, Lessor: lessor, DB: db,
 		MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes,
-		RequestTimeout: cfg.RequestTimeout, MinLeaseTTL: minTTL, Logger: lg,
+		RequestTimeout: cfg.RequestTimeout, MinLeaseTTL: minTTL, QuotaBytes: cfg.QuotaBackendBytes, Logger: lg,
 	})
 
-	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, db: db}
+	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db}
+	mem.registry = mem.newRegistry()
 	clientSrv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
@@ -183,7 +191,24 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			return nil, fmt.Errorf("--listen-client-urls: %w", lerr)
 		}
 		lis = append(lis, l)
-		mem.serve(clientSrv, l)
+		// gRPC and HTTP share the client port, as in etcd: cmux routes by
+		// the HTTP/2 content-type.
+		mux := cmux.New(l)
+		grpcL := mux.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
+		httpL := mux.Match(cmux.Any())
+		mem.serve(clientSrv, grpcL)
+		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof), httpL)
+		mem.wg.Add(1)
+		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
+	}
+	for _, u := range cfg.ListenMetricsURLs {
+		l, lerr := listen(u)
+		if lerr != nil {
+			closeLis()
+			return nil, fmt.Errorf("--listen-metrics-urls: %w", lerr)
+		}
+		lis = append(lis, l)
+		mem.serveHTTP(mem.httpHandler(false), l)
 	}
 	node.Start()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -220,6 +245,18 @@ func (m *Member) serve(s *grpc.Server, l net.Listener) {
 	}()
 }
 
+func (m *Member) serveHTTP(h http.Handler, l net.Listener) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	m.https = append(m.https, srv)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		_ = srv.Serve(l)
+	}()
+}
+
+func (m *Member) diskUsage() int64 { return int64(m.db.Metrics().DiskSpaceUsage()) }
+
 // Node exposes the raft node (tests and tools).
 func (m *Member) Node() *raftnode.Node { return m.node }
 
@@ -229,6 +266,9 @@ func (m *Member) Stop() {
 		m.cancel()
 		for _, g := range m.grpcs {
 			g.Stop()
+		}
+		for _, h := range m.https {
+			_ = h.Close()
 		}
 		m.node.Stop()
 		m.wg.Wait()

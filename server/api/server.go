@@ -50,6 +50,7 @@ type Config struct {
 	MaxRequestBytes int
 	RequestTimeout  time.Duration
 	MinLeaseTTL     int64 // seconds; shorter grants are raised to it
+	QuotaBytes      int64 // reported by Status
 	Logger          *slog.Logger
 }
 
@@ -426,6 +427,7 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRes
 		RaftAppliedIndex: st.AppliedIndex,
 		IsLearner:        st.IsLearner,
 		StorageVersion:   "3.7.0",
+		DbSizeQuota:      s.cfg.QuotaBytes,
 	}
 	if st.Leader == 0 {
 		resp.Errors = append(resp.Errors, "no leader")
