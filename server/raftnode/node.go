@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/server/failpoint"
 	"github.com/tenure-io/tenure/server/storage"
@@ -134,6 +135,9 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.New("raftnode: store has raft state but no member ID")
 		}
 		n.id = storedID
+		if err := n.adoptInstalledSnapshot(p); err != nil {
+			return nil, err
+		}
 		if err := n.ms.ApplySnapshot(p.snap); err != nil {
 			return nil, err
 		}
@@ -204,6 +208,54 @@ func New(cfg Config) (*Node, error) {
 		Logger:                    raftLogger{n.log.With("component", "raft")},
 	}
 	return n, nil
+}
+
+// adoptInstalledSnapshot handles a crash between installing a snapshot
+// received from the leader (state-machine range written, synced) and raft
+// recording it: the store's applied index is then beyond the raft log. The
+// installed state is a committed prefix of the log, so it becomes the raft
+// snapshot, the older log is dropped and commit moves up to it.
+func (n *Node) adoptInstalledSnapshot(p *persisted) error {
+	last := p.snap.GetMetadata().GetIndex()
+	if k := len(p.ents); k > 0 {
+		last = p.ents[k-1].GetIndex()
+	}
+	if n.applied <= last {
+		return nil
+	}
+	meta := &raftpb.SnapshotMetadata{
+		Index:     proto.Uint64(n.applied),
+		Term:      proto.Uint64(n.appliedTerm),
+		ConfState: proto.Clone(n.confState).(*raftpb.ConfState),
+	}
+	metaBytes, err := proto.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	hs := proto.Clone(p.hs).(*raftpb.HardState)
+	if hs.GetCommit() < n.applied {
+		hs.Commit = proto.Uint64(n.applied)
+	}
+	if hs.GetTerm() < n.appliedTerm {
+		hs.Term = proto.Uint64(n.appliedTerm)
+	}
+	hsBytes, err := proto.Marshal(hs)
+	if err != nil {
+		return err
+	}
+	b := n.db.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(logKey(0), logEnd, nil)
+	_ = b.Set(storage.KeySnapshotMeta, metaBytes, nil)
+	_ = b.Set(storage.KeyHardState, hsBytes, nil)
+	if err := b.Commit(pebble.Sync); err != nil {
+		return err
+	}
+	n.log.Warn("adopting a snapshot installed before a crash", "applied", n.applied, "raft-last", last)
+	p.snap = &raftpb.Snapshot{Metadata: meta}
+	p.hs = hs
+	p.ents = nil
+	return nil
 }
 
 func (n *Node) loadApplied() error {
