@@ -67,7 +67,7 @@ func goBuild(dir, out string, args ...string) error {
 }
 
 // TenureBinary builds ./cmd/tenure once per test process and returns its path.
-func TenureBinary(t testing.TB) string {
+func TenureBinary(t TB) string {
 	t.Helper()
 	tenureOnce.Do(func() {
 		root, err := ModuleRoot()
@@ -90,7 +90,7 @@ func TenureBinary(t testing.TB) string {
 }
 
 // EtcdctlBinary builds etcdctl (the module's tool dependency) once per test process.
-func EtcdctlBinary(t testing.TB) string {
+func EtcdctlBinary(t TB) string {
 	t.Helper()
 	etcdctlOnce.Do(func() {
 		root, err := ModuleRoot()
@@ -117,7 +117,7 @@ func EtcdctlBinary(t testing.TB) string {
 // throwaway module (etcd's server module is deliberately not a dependency of
 // ours) and cached under os.UserCacheDir()/tenure-test/etcd-<version>.
 // The caller must have checked EtcdEnabled.
-func EtcdBinary(t testing.TB) string {
+func EtcdBinary(t TB) string {
 	t.Helper()
 	etcdOnce.Do(func() {
 		cache, err := os.UserCacheDir()
@@ -185,7 +185,7 @@ func RequireEtcd(t testing.TB) {
 // TargetFromEnv is the binary the end-to-end tests run against:
 // TENURE_TEST_TARGET=etcd|tenure (default tenure). TENURE_TEST_ETCD=1 alone
 // also selects etcd.
-func TargetFromEnv(t testing.TB) Binary {
+func TargetFromEnv(t TB) Binary {
 	t.Helper()
 	switch v := os.Getenv("TENURE_TEST_TARGET"); v {
 	case "", "tenure":

@@ -29,7 +29,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -90,9 +89,23 @@ type Member struct {
 	logFile *os.File
 }
 
+// TB is the part of testing.TB the harness uses. *testing.T and
+// *testing.B satisfy it; a program (the chaos runner) can supply its own,
+// whose Fatal ends the run after its Cleanup functions have run.
+type TB interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+	Cleanup(func())
+	TempDir() string
+}
+
 // Cluster is a running cluster. Methods are safe for concurrent use.
 type Cluster struct {
-	t       testing.TB
+	t       TB
 	Opts    Options
 	Members []*Member
 	bin     string
@@ -111,7 +124,7 @@ type Cluster struct {
 // a linearizable read and a leader exists. Everything is torn down in
 // t.Cleanup; when the test failed, each member's log path and last 50 lines
 // are printed.
-func Start(t testing.TB, opts Options) *Cluster {
+func Start(t TB, opts Options) *Cluster {
 	t.Helper()
 	if opts.Size == 0 {
 		opts.Size = 3
@@ -194,7 +207,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 // freePorts reserves n distinct loopback ports (held open together so they
 // are distinct, then released for the servers to bind).
-func freePorts(t testing.TB, n int) []string {
+func freePorts(t TB, n int) []string {
 	var lns []net.Listener
 	var out []string
 	for i := 0; i < n; i++ {
