@@ -33,7 +33,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// LeaseCheckpointInterval is how often the leader records remaining lease
 	// TTLs through raft, so a new leader neither resets nor shortens them.
-	LeaseCheckpointInterval time.Duration
+	LeaseCheckpointInterval time.Duration // --lease-checkpoint-interval
+	// LeaseExpiryRate caps lease revocations per second (--lease-expiry-rate),
+	// so thousands of leases expiring together do not stall the cluster.
+	LeaseExpiryRate int
 	// WatchProgressNotifyInterval is the period of progress notifications for
 	// watches that asked for them.
 	WatchProgressNotifyInterval time.Duration
@@ -56,6 +59,7 @@ const (
 	DefaultMaxTxnOps           = 128
 	DefaultRequestTimeout      = 5 * time.Second
 	DefaultLeaseCheckpoint     = 1 * time.Second
+	DefaultLeaseExpiryRate     = 1000 // revocations per second (Tenure's own)
 	DefaultWatchProgressNotify = 10 * time.Minute
 )
 
@@ -82,6 +86,7 @@ func DefaultConfig() Config {
 		LogFormat:                   "json",
 		RequestTimeout:              DefaultRequestTimeout,
 		LeaseCheckpointInterval:     DefaultLeaseCheckpoint,
+		LeaseExpiryRate:             DefaultLeaseExpiryRate,
 		WatchProgressNotifyInterval: DefaultWatchProgressNotify,
 	}
 }

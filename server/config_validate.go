@@ -159,7 +159,7 @@ func unwrapURLError(err error) error {
 //   - InitialClusterToken ""    → DefaultClusterToken
 //   - QuotaBackendBytes 0       → DefaultQuotaBackendBytes
 //   - LogLevel "", LogFormat "" → "info", "json"
-//   - RequestTimeout, LeaseCheckpointInterval, WatchProgressNotifyInterval 0 → their defaults
+//   - RequestTimeout, LeaseCheckpointInterval, LeaseExpiryRate, WatchProgressNotifyInterval 0 → their defaults
 //
 // It does not touch Name, the URL lists, or the tunables where an explicit 0
 // is a mistake (HeartbeatInterval, ElectionTimeout, SnapshotCount,
@@ -196,6 +196,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.LeaseCheckpointInterval == 0 {
 		c.LeaseCheckpointInterval = DefaultLeaseCheckpoint
+	}
+	if c.LeaseExpiryRate == 0 {
+		c.LeaseExpiryRate = DefaultLeaseExpiryRate
 	}
 	if c.WatchProgressNotifyInterval == 0 {
 		c.WatchProgressNotifyInterval = DefaultWatchProgressNotify
@@ -320,7 +323,10 @@ func (c *Config) Validate() error {
 		add("RequestTimeout", "must be > 0, got %v", cc.RequestTimeout)
 	}
 	if cc.LeaseCheckpointInterval < 0 {
-		add("LeaseCheckpointInterval", "must be > 0, got %v", cc.LeaseCheckpointInterval)
+		add("--lease-checkpoint-interval", "must be > 0, got %v", cc.LeaseCheckpointInterval)
+	}
+	if cc.LeaseExpiryRate < 0 {
+		add("--lease-expiry-rate", "must be > 0 revocations per second, got %d", cc.LeaseExpiryRate)
 	}
 	if cc.WatchProgressNotifyInterval < 0 {
 		add("WatchProgressNotifyInterval", "must be > 0, got %v", cc.WatchProgressNotifyInterval)

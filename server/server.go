@@ -216,7 +216,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	mem.wg.Add(1)
 	go func() {
 		defer mem.wg.Done()
-		ap.RunLeaseLoop(ctx, apply.LeaseLoopConfig{CheckpointInterval: cfg.LeaseCheckpointInterval})
+		ap.RunLeaseLoop(ctx, apply.LeaseLoopConfig{CheckpointInterval: cfg.LeaseCheckpointInterval, MaxExpiriesPerSecond: cfg.LeaseExpiryRate})
 	}()
 	lg.Info("serving", "name", cfg.Name, "member-id", fmt.Sprintf("%x", node.ID()),
 		"cluster-id", fmt.Sprintf("%x", node.ClusterID()), "client-urls", cfg.ListenClientURLs,

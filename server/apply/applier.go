@@ -213,8 +213,13 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 			a.lg.Info("lease expired", "lease-id", fmt.Sprintf("%016x", leaseID), "deleted-keys", n)
 		}
 	case KindLeaseCheckpoint:
-		for p := 1; p+16 <= len(data); p += 16 {
-			a.lessor.Checkpoint(b, int64(binary.BigEndian.Uint64(data[p:])), int64(binary.BigEndian.Uint64(data[p+8:])))
+		if len(data) < 9 || (len(data)-9)%16 != 0 {
+			a.lg.Error("malformed lease checkpoint entry", "index", index)
+			return
+		}
+		decidedAt := binary.BigEndian.Uint64(data[1:])
+		for p := 9; p < len(data); p += 16 {
+			a.lessor.Checkpoint(b, decidedAt, int64(binary.BigEndian.Uint64(data[p:])), int64(binary.BigEndian.Uint64(data[p+8:])))
 		}
 	default:
 		a.lg.Error("unknown entry kind skipped", "index", index, "kind", data[0])

@@ -6,9 +6,12 @@
 //     DeleteRange, Txn, Compaction, LeaseGrant, LeaseRevoke).
 //   - KindLeaseRenew: request id, lease id — every keepalive is replicated,
 //     so an acknowledged renewal survives any leader change.
-//   - KindLeaseExpire: the applied index at which the leader decided, then
-//     lease ids; a renewal applied after that index cancels the expiry.
-//   - KindLeaseCheckpoint: (lease id, remaining ms) pairs from the leader.
+//   - KindLeaseExpire: the highest grant/renewal index the leader had
+//     applied when it decided, then lease ids; a renewal applied after that
+//     index cancels the expiry. Each lease's keys go in one revision.
+//   - KindLeaseCheckpoint: the same decision index, then (lease id,
+//     remaining ms) pairs from the leader; a lease renewed after that index
+//     ignores the checkpoint (it must not shorten a fresher renewal).
 //   - 0xFE is reserved for raftnode's own entries.
 //
 // The Applier implements raftnode.StateMachine: ApplyEntry stages effects in

@@ -14,9 +14,13 @@ type LeaseLoopConfig struct {
 	// (default 1 s); a new leader may extend a lease by at most this much.
 	CheckpointInterval time.Duration
 	// MaxExpiriesPerSecond rate-limits revocations so an expiry storm does not
-	// stall the cluster (default 1000).
+	// stall the cluster (default 1000). Each tick proposes one expiry entry
+	// holding at most MaxExpiriesPerSecond × Tick leases.
 	MaxExpiriesPerSecond int
 }
+
+// maxCheckpointsPerEntry caps one checkpoint entry (16 bytes a lease).
+const maxCheckpointsPerEntry = 4096
 
 // RunLeaseLoop proposes expiries and checkpoints while this member is the
 // leader; it returns when ctx ends.
@@ -34,9 +38,17 @@ func (a *Applier) RunLeaseLoop(ctx context.Context, cfg LeaseLoopConfig) {
 	if perTick < 1 {
 		perTick = 1
 	}
+	// An expiry proposal that has not been applied within retry (lost with
+	// a leader change, dropped) is proposed again.
+	retry := max(10*cfg.Tick, time.Second)
 	ticker := time.NewTicker(cfg.Tick)
 	defer ticker.Stop()
 	lastCheckpoint := time.Now()
+	var (
+		storm      bool
+		stormStart time.Time
+		stormCount int
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -44,28 +56,42 @@ func (a *Applier) RunLeaseLoop(ctx context.Context, cfg LeaseLoopConfig) {
 		case <-ticker.C:
 		}
 		if !a.lessor.IsLeader() {
+			storm = false
 			continue
 		}
-		if ids := a.lessor.Expired(perTick); len(ids) > 0 {
-			data := make([]byte, 9, 9+8*len(ids))
+		e := a.lessor.Expired(perTick, retry)
+		switch {
+		case e.Backlog > len(e.IDs) && !storm:
+			storm, stormStart, stormCount = true, time.Now(), 0
+			a.lg.Warn("lease expiry storm: revocations rate-limited",
+				"expired", e.Backlog, "max-per-second", cfg.MaxExpiriesPerSecond,
+				"expected-drain", (time.Duration(e.Backlog) * time.Second / time.Duration(cfg.MaxExpiriesPerSecond)).String())
+		case e.Backlog <= len(e.IDs) && storm:
+			storm = false
+			a.lg.Warn("lease expiry storm over", "revoked", stormCount+len(e.IDs),
+				"duration", time.Since(stormStart).String())
+		}
+		if len(e.IDs) > 0 {
+			stormCount += len(e.IDs)
+			data := make([]byte, 9, 9+8*len(e.IDs))
 			data[0] = KindLeaseExpire
-			binary.BigEndian.PutUint64(data[1:], a.AppliedIndex())
-			for _, id := range ids {
+			binary.BigEndian.PutUint64(data[1:], e.DecidedAt)
+			for _, id := range e.IDs {
 				data = binary.BigEndian.AppendUint64(data, uint64(id))
 			}
-			if len(ids) == perTick {
-				a.lg.Warn("lease expiry storm: revocations rate-limited", "per-second", cfg.MaxExpiriesPerSecond)
+			pctx, cancel := context.WithTimeout(ctx, retry)
+			if err := a.ProposeRaw(pctx, data); err != nil {
+				a.lg.Debug("lease expiry proposal failed; will retry", "leases", len(e.IDs), "err", err)
 			}
-			pctx, cancel := context.WithTimeout(ctx, cfg.Tick*10)
-			_ = a.ProposeRaw(pctx, data)
 			cancel()
 		}
 		if time.Since(lastCheckpoint) >= cfg.CheckpointInterval/2 {
 			lastCheckpoint = time.Now()
-			due := a.lessor.CheckpointDue(cfg.CheckpointInterval/2, 4096)
+			due, decidedAt := a.lessor.CheckpointDue(cfg.CheckpointInterval/2, maxCheckpointsPerEntry)
 			if len(due) > 0 {
-				data := make([]byte, 1, 1+16*len(due))
+				data := make([]byte, 9, 9+16*len(due))
 				data[0] = KindLeaseCheckpoint
+				binary.BigEndian.PutUint64(data[1:], decidedAt)
 				for _, d := range due {
 					data = binary.BigEndian.AppendUint64(data, uint64(d[0]))
 					data = binary.BigEndian.AppendUint64(data, uint64(d[1]))

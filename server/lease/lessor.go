@@ -38,6 +38,10 @@ type item struct {
 	renewIndex  uint64
 	deadline    time.Time // monotonic; this member's estimate, authoritative on the leader
 	keys        map[string]struct{}
+	// expiryProposed is when this leader last proposed an expiry for the
+	// lease (zero: none in flight); Expired skips it until the retry window
+	// passes, so a slow commit does not spend the rate limit twice.
+	expiryProposed time.Time
 }
 
 // Lessor holds every lease. Mutating methods are called from the apply
@@ -47,8 +51,12 @@ type Lessor struct {
 	mu       sync.RWMutex
 	leases   map[int64]*item
 	isLeader bool
-	now      func() time.Time
-	lg       *slog.Logger
+	// lastIndex is the highest raft index of a grant or renewal applied so
+	// far; leader decisions (expiries, checkpoints) carry it, and a renewal
+	// applied at a higher index wins over them.
+	lastIndex uint64
+	now       func() time.Time
+	lg        *slog.Logger
 }
 
 // New loads every lease from db.
@@ -74,6 +82,7 @@ func (l *Lessor) load(db storage.Iterable) error {
 	defer it.Close()
 	now := l.now()
 	leases := map[int64]*item{}
+	var last uint64
 	for it.First(); it.Valid(); it.Next() {
 		k, v := it.Key(), it.Value()
 		if len(k) != 9 || len(v) != 24 {
@@ -88,9 +97,11 @@ func (l *Lessor) load(db storage.Iterable) error {
 		}
 		itm.deadline = now.Add(time.Duration(itm.remainingMs) * time.Millisecond)
 		leases[id] = itm
+		last = max(last, itm.renewIndex)
 	}
 	l.mu.Lock()
 	l.leases = leases
+	l.lastIndex = max(l.lastIndex, last)
 	l.mu.Unlock()
 	return it.Error()
 }
@@ -122,6 +133,7 @@ func (l *Lessor) Grant(b *pebble.Batch, index uint64, id, ttl int64) error {
 	it := &item{ttl: ttl, remainingMs: ttl * 1000, renewIndex: index, keys: map[string]struct{}{}}
 	it.deadline = l.now().Add(time.Duration(ttl) * time.Second)
 	l.leases[id] = it
+	l.lastIndex = max(l.lastIndex, index)
 	l.persist(b, id, it)
 	return nil
 }
@@ -137,16 +149,21 @@ func (l *Lessor) Renew(b *pebble.Batch, index uint64, id int64) (int64, error) {
 	it.remainingMs = it.ttl * 1000
 	it.renewIndex = index
 	it.deadline = l.now().Add(time.Duration(it.ttl) * time.Second)
+	it.expiryProposed = time.Time{}
+	l.lastIndex = max(l.lastIndex, index)
 	l.persist(b, id, it)
 	return it.ttl, nil
 }
 
-// Checkpoint records remaining TTLs decided by the leader (apply goroutine).
-func (l *Lessor) Checkpoint(b *pebble.Batch, id, remainingMs int64) {
+// Checkpoint records a remaining TTL decided by the leader when it had seen
+// grants and renewals up to index decidedAt (apply goroutine). A lease
+// granted or renewed after that index keeps its fresher state: a checkpoint
+// that raced a renewal must not shorten the renewed lease.
+func (l *Lessor) Checkpoint(b *pebble.Batch, decidedAt uint64, id, remainingMs int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	it, ok := l.leases[id]
-	if !ok {
+	if !ok || it.renewIndex > decidedAt {
 		return
 	}
 	if remainingMs < 0 {
@@ -221,6 +238,7 @@ func (l *Lessor) Promote() {
 	now := l.now()
 	for _, it := range l.leases {
 		it.deadline = now.Add(time.Duration(it.remainingMs) * time.Millisecond)
+		it.expiryProposed = time.Time{}
 	}
 	l.isLeader = true
 }
@@ -239,12 +257,27 @@ func (l *Lessor) IsLeader() bool {
 	return l.isLeader
 }
 
-// Expired returns up to max leases whose deadline has passed, oldest first.
-func (l *Lessor) Expired(max int) []int64 {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+// Expiry is a leader's decision to end leases.
+type Expiry struct {
+	// DecidedAt is the highest grant/renewal index the decision saw; a
+	// renewal applied at a higher index cancels the expiry of its lease.
+	DecidedAt uint64
+	// IDs are the leases to end, earliest deadline first (at most max).
+	IDs []int64
+	// Backlog counts every expired lease not yet in flight, IDs included:
+	// more than len(IDs) means the rate limit is holding revocations back.
+	Backlog int
+}
+
+// Expired returns up to max leases whose deadline has passed on the
+// leader's clock, earliest first, and marks them in flight: they are not
+// returned again for retry (a lost proposal is retried after that), unless
+// renewed meanwhile. A follower returns an empty Expiry.
+func (l *Lessor) Expired(max int, retry time.Duration) Expiry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if !l.isLeader {
-		return nil
+		return Expiry{}
 	}
 	now := l.now()
 	type exp struct {
@@ -253,9 +286,13 @@ func (l *Lessor) Expired(max int) []int64 {
 	}
 	var out []exp
 	for id, it := range l.leases {
-		if !it.deadline.After(now) {
-			out = append(out, exp{id, it.deadline})
+		if it.deadline.After(now) {
+			continue
 		}
+		if !it.expiryProposed.IsZero() && now.Sub(it.expiryProposed) < retry {
+			continue
+		}
+		out = append(out, exp{id, it.deadline})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].at.Equal(out[j].at) {
@@ -263,41 +300,53 @@ func (l *Lessor) Expired(max int) []int64 {
 		}
 		return out[i].at.Before(out[j].at)
 	})
+	e := Expiry{DecidedAt: l.lastIndex, Backlog: len(out)}
 	if len(out) > max {
 		out = out[:max]
 	}
-	ids := make([]int64, len(out))
-	for i, e := range out {
-		ids[i] = e.id
+	e.IDs = make([]int64, len(out))
+	for i, x := range out {
+		e.IDs[i] = x.id
+		l.leases[x.id].expiryProposed = now
 	}
-	return ids
+	return e
 }
 
-// CheckpointDue returns (id, remaining ms) for every lease whose replicated
-// remaining TTL is more than slack above what the leader's clock says, so a
-// leader change would not extend it by more than slack.
-func (l *Lessor) CheckpointDue(slack time.Duration, max int) [][2]int64 {
+// CheckpointDue returns (id, remaining ms) for every live lease whose
+// replicated remaining TTL is more than slack above what the leader's clock
+// says, so a leader change would not extend it by more than slack, and the
+// grant/renewal index the decision saw (for Checkpoint). Leases already past
+// their deadline are left to Expired.
+func (l *Lessor) CheckpointDue(slack time.Duration, max int) ([][2]int64, uint64) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if !l.isLeader {
-		return nil
+		return nil, 0
 	}
 	now := l.now()
 	var out [][2]int64
 	for id, it := range l.leases {
 		rem := it.deadline.Sub(now)
-		if rem < 0 {
-			rem = 0
+		if rem <= 0 {
+			continue
 		}
 		if time.Duration(it.remainingMs)*time.Millisecond-rem > slack {
 			out = append(out, [2]int64{id, rem.Milliseconds()})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i][0] < out[j][0] })
+	// Stalest first, so a cap never starves the same leases.
+	sort.Slice(out, func(i, j int) bool {
+		si := l.leases[out[i][0]].remainingMs - out[i][1]
+		sj := l.leases[out[j][0]].remainingMs - out[j][1]
+		if si != sj {
+			return si > sj
+		}
+		return out[i][0] < out[j][0]
+	})
 	if len(out) > max {
 		out = out[:max]
 	}
-	return out
+	return out, l.lastIndex
 }
 
 // Get returns a copy of lease id.

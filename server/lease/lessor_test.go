@@ -88,18 +88,28 @@ func TestLeaderExpiryAndCheckpoint(t *testing.T) {
 		_ = l.Grant(b, 1, 1, 10)
 		_ = l.Grant(b, 2, 2, 20)
 	})
-	if ids := l.Expired(10); ids != nil {
-		t.Fatalf("a follower must never report expiries, got %v", ids)
+	if e := l.Expired(10, time.Second); e.IDs != nil {
+		t.Fatalf("a follower must never report expiries, got %v", e.IDs)
 	}
 	l.Promote()
 	c.advance(9 * time.Second)
-	if ids := l.Expired(10); len(ids) != 0 {
-		t.Fatalf("expired before TTL: %v", ids)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("expired before TTL: %v", e.IDs)
 	}
 	c.advance(1 * time.Second)
-	if ids := l.Expired(10); len(ids) != 1 || ids[0] != 1 {
-		t.Fatalf("want lease 1 expired at TTL, got %v", ids)
+	e := l.Expired(10, time.Second)
+	if len(e.IDs) != 1 || e.IDs[0] != 1 || e.DecidedAt != 2 {
+		t.Fatalf("want lease 1 expired at TTL, decided at index 2, got %+v", e)
 	}
+	// In flight: not proposed again until the retry window passes.
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 || e.Backlog != 0 {
+		t.Fatalf("an expiry in flight was returned again: %+v", e)
+	}
+	c.advance(time.Second)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 1 {
+		t.Fatalf("a lost expiry proposal must be retried: %+v", e)
+	}
+	c.advance(-time.Second)
 	// Renewal after the leader decided (index 5 > decidedAt 3) cancels the expiry.
 	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 5, 1) })
 	if l.ExpiryStillValid(1, 3) {
@@ -109,12 +119,12 @@ func TestLeaderExpiryAndCheckpoint(t *testing.T) {
 		t.Fatal("an expiry of an unrenewed lease must hold")
 	}
 	// Checkpoints: lease 2 has 10 s left of 20; the replicated remaining is stale by 10 s.
-	due := l.CheckpointDue(time.Second, 10)
-	if len(due) != 1 || due[0][0] != 2 || due[0][1] != 10_000 {
-		t.Fatalf("checkpoint due: %v", due)
+	due, at := l.CheckpointDue(time.Second, 10)
+	if len(due) != 1 || due[0][0] != 2 || due[0][1] != 10_000 || at != 5 {
+		t.Fatalf("checkpoint due: %v at %d", due, at)
 	}
-	commit(t, db, func(b *pebble.Batch) { l.Checkpoint(b, 2, due[0][1]) })
-	if due := l.CheckpointDue(time.Second, 10); len(due) != 0 {
+	commit(t, db, func(b *pebble.Batch) { l.Checkpoint(b, at, 2, due[0][1]) })
+	if due, _ := l.CheckpointDue(time.Second, 10); len(due) != 0 {
 		t.Fatalf("nothing should be due right after a checkpoint: %v", due)
 	}
 }
@@ -127,7 +137,7 @@ func TestNewLeaderUsesCheckpointedRemaining(t *testing.T) {
 	db, l, _ := open(t, dir)
 	commit(t, db, func(b *pebble.Batch) {
 		_ = l.Grant(b, 1, 1, 30)
-		l.Checkpoint(b, 1, 12_000)
+		l.Checkpoint(b, 1, 1, 12_000)
 	})
 	db.Close()
 
@@ -135,12 +145,12 @@ func TestNewLeaderUsesCheckpointedRemaining(t *testing.T) {
 	defer db2.Close()
 	l2.Promote()
 	c2.advance(11900 * time.Millisecond)
-	if ids := l2.Expired(10); len(ids) != 0 {
-		t.Fatalf("new leader expired a lease before its checkpointed remaining: %v", ids)
+	if e := l2.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("new leader expired a lease before its checkpointed remaining: %v", e.IDs)
 	}
 	c2.advance(200 * time.Millisecond)
-	if ids := l2.Expired(10); len(ids) != 1 {
-		t.Fatalf("new leader reset the lease instead of honouring 12 s remaining: %v", ids)
+	if e := l2.Expired(10, time.Second); len(e.IDs) != 1 {
+		t.Fatalf("new leader reset the lease instead of honouring 12 s remaining: %v", e.IDs)
 	}
 }
 
@@ -154,9 +164,13 @@ func TestExpiredIsRateLimitedAndOrdered(t *testing.T) {
 	})
 	l.Promote()
 	c.advance(time.Hour)
-	ids := l.Expired(7)
-	if len(ids) != 7 {
-		t.Fatalf("want at most 7 expiries per call, got %d", len(ids))
+	e := l.Expired(7, time.Second)
+	ids := e.IDs
+	if len(ids) != 7 || e.Backlog != 50 {
+		t.Fatalf("want at most 7 expiries per call of a backlog of 50, got %d of %d", len(ids), e.Backlog)
+	}
+	if e2 := l.Expired(7, time.Second); e2.Backlog != 43 || len(e2.IDs) != 7 {
+		t.Fatalf("second call: want 7 of the 43 not in flight, got %d of %d", len(e2.IDs), e2.Backlog)
 	}
 	for i := 1; i < len(ids); i++ {
 		if ids[i-1] == ids[i] {
@@ -164,7 +178,38 @@ func TestExpiredIsRateLimitedAndOrdered(t *testing.T) {
 		}
 	}
 	l.Demote()
-	if l.Expired(7) != nil {
+	if l.Expired(7, time.Second).IDs != nil {
 		t.Fatal("demoted member still reports expiries")
+	}
+}
+
+// A checkpoint decided before a renewal was applied must not shorten the
+// renewed lease on the followers (they would hand the stale remaining to
+// the next leader and revoke the lease before its TTL).
+func TestCheckpointRacingRenewalIsIgnored(t *testing.T) {
+	db, l, c := open(t, t.TempDir())
+	defer db.Close()
+	commit(t, db, func(b *pebble.Batch) { _ = l.Grant(b, 1, 1, 10) })
+	c.advance(8 * time.Second)
+	commit(t, db, func(b *pebble.Batch) {
+		l.Checkpoint(b, 1, 1, 2_000) // leader: 2 s left, as of index 1
+		_, _ = l.Renew(b, 2, 1)      // renewal applied at index 2
+		l.Checkpoint(b, 1, 1, 1_500) // a second checkpoint decided before the renewal
+	})
+	l.Promote()
+	c.advance(9900 * time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("a stale checkpoint shortened a renewed lease: %v", e.IDs)
+	}
+	c.advance(200 * time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 1 {
+		t.Fatalf("renewed lease did not expire at its TTL: %+v", e)
+	}
+	// Renewal clears the in-flight mark: an expiry proposal cancelled by a
+	// renewal does not keep the lease out of later decisions.
+	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 3, 1) })
+	c.advance(10 * time.Second)
+	if e := l.Expired(10, time.Minute); len(e.IDs) != 1 || e.DecidedAt != 3 {
+		t.Fatalf("renewed lease not reconsidered: %+v", e)
 	}
 }
