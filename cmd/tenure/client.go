@@ -15,7 +15,7 @@ import (
 
 // clientFlagNames are the flags every client command takes; each can also
 // come from TENURE_<NAME>.
-var clientFlagNames = []string{"endpoints", "dial-timeout", "command-timeout", "write-out"}
+var clientFlagNames = []string{"endpoints", "dial-timeout", "command-timeout", "write-out", "cacert", "cert", "key"}
 
 // globalFlags are the client commands' connection and output flags.
 type globalFlags struct {
@@ -23,6 +23,8 @@ type globalFlags struct {
 	dialTimeout    time.Duration
 	commandTimeout time.Duration
 	writeOut       string
+	// TLS, with etcdctl's flag names (tls.go).
+	caFile, certFile, keyFile string
 }
 
 // withClientFlags adds the client flags to a top-level client command (not
@@ -36,6 +38,9 @@ func withClientFlags(a *app, g *globalFlags, cmd *cobra.Command) *cobra.Command 
 	pf.DurationVar(&g.dialTimeout, "dial-timeout", 2*time.Second, "dial timeout for client connections")
 	pf.DurationVar(&g.commandTimeout, "command-timeout", 5*time.Second, "timeout for short-running commands (excluding dial timeout)")
 	pf.StringVarP(&g.writeOut, "write-out", "w", "simple", "output format: simple or json")
+	pf.StringVar(&g.caFile, "cacert", "", "verify certificates of TLS-enabled servers using this CA bundle")
+	pf.StringVar(&g.certFile, "cert", "", "identify this client with this TLS certificate file")
+	pf.StringVar(&g.keyFile, "key", "", "identify this client with this TLS key file")
 	cmd.PersistentPreRunE = func(c *cobra.Command, args []string) error {
 		_, fromEnv, err := applyEnv(c.Flags(), clientFlagNames, a.env)
 		if err != nil {
@@ -71,9 +76,14 @@ func (g *globalFlags) newClient(eps ...string) (*clientv3.Client, error) {
 	if len(eps) == 0 {
 		eps = g.endpoints
 	}
+	tlsCfg, err := g.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	return clientv3.New(clientv3.Config{
 		Endpoints:   eps,
 		DialTimeout: g.dialTimeout,
+		TLS:         tlsCfg,
 		Logger:      zap.NewNop(),
 	})
 }

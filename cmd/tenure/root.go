@@ -103,6 +103,7 @@ func newRootCmd(a *app) *cobra.Command {
 		withClientFlags(a, g, newMemberCmd(a, g)),
 		withClientFlags(a, g, newEndpointCmd(a, g)),
 		withClientFlags(a, g, newCompactCmd(a, g)),
+		withClientFlags(a, g, newSnapshotCmd(a, g)),
 	)
 	return root
 }

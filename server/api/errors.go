@@ -32,6 +32,7 @@ var errMap = []struct {
 	{apply.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{apply.ErrStopped, rpctypes.ErrGRPCStopped},
 	{apply.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{apply.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{mvcc.ErrCompacted, rpctypes.ErrGRPCCompacted},
 	{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
 	{mvcc.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},

@@ -50,7 +50,7 @@ type Config struct {
 	MaxRequestBytes int
 	RequestTimeout  time.Duration
 	MinLeaseTTL     int64 // seconds; shorter grants are raised to it
-	QuotaBytes      int64 // reported by Status
+	QuotaBytes      int64 // --quota-backend-bytes: NOSPACE is raised above it (0: no quota)
 	Logger          *slog.Logger
 }
 
@@ -60,7 +60,8 @@ type Server struct {
 	pb.UnimplementedLeaseServer
 	pb.UnimplementedClusterServer
 	pb.UnimplementedMaintenanceServer
-	cfg Config
+	cfg  Config
+	size sizer // cached store size (maintenance.go)
 }
 
 // New builds the services.
@@ -129,6 +130,9 @@ func (s *Server) linearize(ctx context.Context) error {
 
 func (s *Server) do(ctx context.Context, r *pb.InternalRaftRequest) (apply.Result, error) {
 	if err := s.requireLeader(ctx); err != nil {
+		return apply.Result{}, err
+	}
+	if err := s.checkQuota(ctx, r); err != nil {
 		return apply.Result{}, err
 	}
 	ctx, cancel := s.timeout(ctx)
@@ -411,56 +415,4 @@ func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) 
 	return resp, nil
 }
 
-// ---- Maintenance ----
-
-// Status reports this member's view (etcdctl endpoint status).
-func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	st := s.cfg.Node.Status()
-	size := int64(s.cfg.DB.Metrics().DiskSpaceUsage())
-	resp := &pb.StatusResponse{
-		Version:          Version,
-		DbSize:           size,
-		DbSizeInUse:      size,
-		Leader:           st.Leader,
-		RaftIndex:        st.CommitIndex,
-		RaftTerm:         st.Term,
-		RaftAppliedIndex: st.AppliedIndex,
-		IsLearner:        st.IsLearner,
-		StorageVersion:   "3.7.0",
-		DbSizeQuota:      s.cfg.QuotaBytes,
-	}
-	if st.Leader == 0 {
-		resp.Errors = append(resp.Errors, "no leader")
-	}
-	s.fill(&resp.Header)
-	return resp, nil
-}
-
-// Alarm lists alarms (none are raised yet: quota alarms come with [leases]).
-func (s *Server) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	resp := &pb.AlarmResponse{}
-	s.fill(&resp.Header)
-	return resp, nil
-}
-
-// Defragment compacts the storage engine's files.
-func (s *Server) Defragment(ctx context.Context, _ *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	if err := s.cfg.DB.Compact(ctx, []byte{0}, []byte{0xff}, true); err != nil {
-		return nil, ToGRPC(err)
-	}
-	resp := &pb.DefragmentResponse{}
-	s.fill(&resp.Header)
-	return resp, nil
-}
-
-// MoveLeader transfers leadership to another voting member.
-func (s *Server) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
-	if err := s.cfg.Node.TransferLeadership(ctx, r.TargetID); err != nil {
-		return nil, ToGRPC(err)
-	}
-	resp := &pb.MoveLeaderResponse{}
-	s.fill(&resp.Header)
-	return resp, nil
-}
+// The Maintenance service is in maintenance.go.

@@ -93,6 +93,7 @@ type Applier struct {
 	lastRev    int64
 
 	appliedIndex atomic.Uint64
+	alarms       alarmSet           // replicated alarms (alarm.go)
 	onApplied    func(index uint64) // test hook
 }
 
@@ -249,7 +250,12 @@ func (a *Applier) end(t *mvcc.Txn) int64 {
 func hdr(rev int64) *pb.ResponseHeader { return &pb.ResponseHeader{Revision: rev} }
 
 func (a *Applier) applyEtcd(b *pebble.Batch, index uint64, r *pb.InternalRaftRequest) Result {
+	if err := a.capped(r); err != nil {
+		return Result{Err: err}
+	}
 	switch {
+	case r.Alarm != nil:
+		return a.applyAlarm(b, r.Alarm, a.currentRev())
 	case r.Put != nil:
 		t := a.kv.Begin(b, a.lessor)
 		resp, err := t.Put(r.Put)
@@ -358,6 +364,9 @@ func (a *Applier) Reload() error {
 		return err
 	}
 	a.lastRev = a.kv.Rev()
+	if err := a.reloadAlarms(); err != nil {
+		return err
+	}
 	return AttachLeases(a.kv, a.lessor)
 }
 
