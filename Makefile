@@ -15,7 +15,7 @@ build:
 	$(GO) build -o $(BIN)/etcdctl go.etcd.io/etcd/etcdctl/v3
 
 ## test: everything CI runs — vet, unit tests with the race detector, end-to-end cluster tests
-test: vet test-unit test-e2e
+test: vet test-unit test-e2e chaos
 
 vet:
 	$(GO) vet ./...
@@ -26,6 +26,13 @@ test-unit:
 
 test-e2e:
 	$(GO) test -count=1 -timeout 20m ./test/...
+
+## chaos: a short seeded fault-injection run (~3 min: 100s of faults + checks + etcd-bug scenarios);
+## ends with one summary line, non-zero on anomalies. Long soak: go run ./test/chaos --duration 30m --seed S
+CHAOS_DURATION ?= 100s
+CHAOS_SEED     ?= 0
+chaos:
+	$(GO) run ./test/chaos --duration $(CHAOS_DURATION) --seed $(CHAOS_SEED)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
