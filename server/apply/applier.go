@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/lock"
 	"github.com/tenure-io/tenure/server/mvcc"
 )
 
@@ -25,6 +26,7 @@ const (
 	KindLeaseRenew      byte = 0x02
 	KindLeaseExpire     byte = 0x03
 	KindLeaseCheckpoint byte = 0x04
+	KindLock            byte = 0x05 // lock.Op (native lock operations)
 )
 
 // Errors returned to proposers.
@@ -48,6 +50,7 @@ type Notifier interface {
 // Result is what a proposer gets back once its entry is applied.
 type Result struct {
 	Resp proto.Message // *pb.PutResponse, *pb.TxnResponse, …; Header.Revision set
+	Lock any           // KindLock entries: the lock machine's answer (*lock.AcquireResult)
 	Err  error
 }
 
@@ -69,6 +72,7 @@ type Config struct {
 	DB              *pebble.DB // for Reload after a snapshot
 	MaxRequestBytes int
 	Logger          *slog.Logger
+	Locks           *lock.Machine // optional: lock and election queues
 }
 
 // Applier is the state machine (raftnode.StateMachine) and the proposal path.
@@ -76,6 +80,7 @@ type Applier struct {
 	kv     *mvcc.Store
 	lessor *lease.Lessor
 	hub    Notifier
+	locks  *lock.Machine
 	db     *pebble.DB
 	lg     *slog.Logger
 	maxReq int
@@ -103,7 +108,7 @@ func New(cfg Config) *Applier {
 		cfg.Logger = slog.Default()
 	}
 	return &Applier{
-		kv: cfg.KV, lessor: cfg.Lessor, hub: cfg.Hub, db: cfg.DB, lg: cfg.Logger,
+		kv: cfg.KV, lessor: cfg.Lessor, hub: cfg.Hub, locks: cfg.Locks, db: cfg.DB, lg: cfg.Logger,
 		maxReq: cfg.MaxRequestBytes, waits: map[uint64]chan Result{},
 	}
 }
@@ -167,6 +172,23 @@ func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
 	}
 }
 
+// DoLock proposes a native lock operation and waits for its result.
+func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
+	id := a.nextID()
+	op.ReqID = id
+	return a.propose(ctx, id, append([]byte{KindLock}, op.Marshal()...))
+}
+
+// lockEnv lends the lock machine mvcc txns on the entry's batch.
+type lockEnv struct {
+	a *Applier
+	b *pebble.Batch
+}
+
+func (e lockEnv) Begin() *mvcc.Txn          { return e.a.kv.Begin(e.b, e.a.lessor) }
+func (e lockEnv) End(t *mvcc.Txn) int64     { return e.a.end(t) }
+func (e lockEnv) LeaseExists(id int64) bool { return e.a.lessor.Exists(id) }
+
 // ProposeRaw proposes an entry nobody waits for (leader-side lease decisions).
 func (a *Applier) ProposeRaw(ctx context.Context, data []byte) error {
 	return a.node.Propose(ctx, data)
@@ -180,6 +202,9 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 	a.appliedIndex.Store(index)
 	if len(data) == 0 {
 		return
+	}
+	if a.locks != nil {
+		a.locks.BeginEntry(b, index)
 	}
 	switch data[0] {
 	case KindEtcd:
@@ -204,6 +229,9 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 			a.lg.Error("malformed lease expire entry", "index", index)
 			return
 		}
+		if a.locks != nil {
+			a.locks.SetCause(lock.CauseLeaseExpired)
+		}
 		decidedAt := binary.BigEndian.Uint64(data[1:])
 		for p := 9; p < len(data); p += 8 {
 			leaseID := int64(binary.BigEndian.Uint64(data[p:]))
@@ -222,6 +250,13 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 		for p := 9; p < len(data); p += 16 {
 			a.lessor.Checkpoint(b, decidedAt, int64(binary.BigEndian.Uint64(data[p:])), int64(binary.BigEndian.Uint64(data[p+8:])))
 		}
+	case KindLock:
+		if a.locks == nil {
+			a.lg.Error("lock entry without a lock machine skipped", "index", index)
+			break
+		}
+		id, out, err := a.locks.Apply(lockEnv{a, b}, data[1:])
+		a.stage(id, Result{Lock: out, Err: err})
 	default:
 		a.lg.Error("unknown entry kind skipped", "index", index, "kind", data[0])
 	}
@@ -240,6 +275,11 @@ func (a *Applier) end(t *mvcc.Txn) int64 {
 	rev, events := t.End()
 	if len(events) > 0 {
 		a.stagedRevs = append(a.stagedRevs, revEvents{rev, events})
+	}
+	if a.locks != nil {
+		// Lock queues follow every change in the same apply, so a hand-off
+		// is decided by the entry that removed the owner.
+		a.locks.Observe(rev, events)
 	}
 	if rev > a.lastRev {
 		a.lastRev = rev
@@ -297,6 +337,9 @@ func (a *Applier) applyEtcd(b *pebble.Batch, index uint64, r *pb.InternalRaftReq
 		}
 		return Result{Resp: &pb.LeaseGrantResponse{Header: hdr(a.currentRev()), ID: r.LeaseGrant.ID, TTL: r.LeaseGrant.TTL}}
 	case r.LeaseRevoke != nil:
+		if a.locks != nil {
+			a.locks.SetCause(lock.CauseLeaseRevoked)
+		}
 		if _, err := a.revokeLease(b, r.LeaseRevoke.ID); err != nil {
 			return Result{Err: err}
 		}
@@ -338,6 +381,9 @@ func (a *Applier) Committed() {
 		}
 	}
 	a.stagedRevs = a.stagedRevs[:0]
+	if a.locks != nil {
+		a.locks.Publish()
+	}
 	if len(a.stagedRes) > 0 {
 		a.mu.Lock()
 		for _, s := range a.stagedRes {
@@ -367,7 +413,13 @@ func (a *Applier) Reload() error {
 	if err := a.reloadAlarms(); err != nil {
 		return err
 	}
-	return AttachLeases(a.kv, a.lessor)
+	if err := AttachLeases(a.kv, a.lessor); err != nil {
+		return err
+	}
+	if a.locks != nil {
+		return a.locks.Reload()
+	}
+	return nil
 }
 
 // AttachLeases rebuilds the lessor's key attachments from the store.

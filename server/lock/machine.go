@@ -1,0 +1,683 @@
+package lock
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/tenure-io/tenure/server/mvcc"
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+// Limits and defaults.
+const (
+	DefaultMaxWaiters = 10000
+	MaxDelayMs        = 60_000
+	MaxNameBytes      = 1024
+)
+
+// Errors. The API edge maps them to gRPC codes.
+var (
+	ErrLeaseRequired  = errors.New("tenure: lock: a lease is required (lease 0 would make an owner nobody can expire)")
+	ErrInvalidName    = errors.New("tenure: lock: invalid lock name")
+	ErrTooManyWaiters = errors.New("tenure: lock: too many waiters on this lock; a coordinator is not a queue — shard the work or use a real queue")
+	ErrWaiterRemoved  = errors.New("tenure: lock: the waiter's key was deleted before the lock was granted (lease expired or revoked, or key deleted)")
+	ErrDelayTooLong   = errors.New("tenure: lock: lock-delay must be between 0 and 60s")
+	ErrUnknownLock    = errors.New("tenure: lock: unknown lock")
+)
+
+// Cause says why a key left a queue.
+type Cause uint8
+
+// Causes.
+const (
+	CauseDeleted      Cause = iota // explicit delete: unlock, resign, plain Delete
+	CauseLeaseExpired              // the key's lease expired
+	CauseLeaseRevoked              // the key's lease was revoked
+)
+
+func (c Cause) String() string {
+	switch c {
+	case CauseLeaseExpired:
+		return "lease-expired"
+	case CauseLeaseRevoked:
+		return "lease-revoked"
+	default:
+		return "released"
+	}
+}
+
+// NoteKind classifies a Note.
+type NoteKind uint8
+
+// Note kinds.
+const (
+	NoteGranted      NoteKind = iota + 1 // Key owns the lock at Token
+	NoteLost                             // owner Key (Token) no longer owns it (Cause)
+	NoteRemoved                          // waiter Key (Token) left the queue before a grant (Cause)
+	NoteUpdated                          // the owner's key was rewritten (Value; Proclaim)
+	NoteDelayStarted                     // the owner's lease expired: no grant for DelayMs (Epoch)
+)
+
+// Note is what one apply decided about one lock, published after commit.
+type Note struct {
+	Kind    NoteKind
+	Lock    string
+	Key     string
+	Token   int64 // create revision of Key
+	Lease   int64
+	Rev     int64 // revision at which it happened
+	Cause   Cause
+	Epoch   uint64 // NoteDelayStarted: raft index at which the delay began
+	DelayMs int64
+	Value   []byte
+}
+
+// Owner describes a lock's current holder.
+type Owner struct {
+	Key   string
+	Token int64
+	Lease int64
+}
+
+// AcquireResult is the outcome of OpAcquire.
+type AcquireResult struct {
+	Key     string
+	Token   int64 // create revision of Key (0 when a TryLock did not enqueue)
+	Granted bool
+	Rev     int64
+	Owner   Owner // zero when nobody holds the lock
+	Waiters int   // keys in the queue, the owner included
+	Blocked bool  // a lock-delay is running
+}
+
+// Env is what apply lends the machine for one entry.
+type Env interface {
+	Begin() *mvcc.Txn      // a write txn on the entry's batch
+	End(t *mvcc.Txn) int64 // ends t; the machine observes its events (Observe)
+	LeaseExists(id int64) bool
+}
+
+type entry struct {
+	key        string
+	rev, lease int64
+	prev, next *entry
+}
+
+type queue struct {
+	name       string
+	head, tail *entry
+	n          int
+	byKey      map[string]*entry
+	granted    *entry
+	grantRev   int64
+	delayMs    int64
+	blocked    uint64 // raft index at which the running lock-delay began; 0: none
+	sticky     bool   // registered explicitly (Observe): kept while empty
+}
+
+func (q *queue) push(e *entry) {
+	e.prev = q.tail
+	if q.tail != nil {
+		q.tail.next = e
+	} else {
+		q.head = e
+	}
+	q.tail = e
+	q.byKey[e.key] = e
+	q.n++
+}
+
+func (q *queue) remove(e *entry) {
+	if e.prev != nil {
+		e.prev.next = e.next
+	} else {
+		q.head = e.next
+	}
+	if e.next != nil {
+		e.next.prev = e.prev
+	} else {
+		q.tail = e.prev
+	}
+	e.prev, e.next = nil, nil
+	delete(q.byKey, e.key)
+	q.n--
+}
+
+// Machine is the lock and election state machine. Apply-side methods
+// (BeginEntry, SetCause, Observe, Apply, Publish, Reload) are called by the
+// apply goroutine only; the read methods may be called from anywhere.
+type Machine struct {
+	kv *mvcc.Store
+	db storage.Iterable
+	lg *slog.Logger
+
+	mu     sync.Mutex
+	locks  map[string]*queue
+	b      *pebble.Batch
+	index  uint64
+	cause  Cause
+	dirty  []*queue
+	staged []Note
+
+	waiters map[string]map[*Waiter]struct{}
+	subs    map[string]map[*Sub]struct{}
+	onDelay func(Note)
+
+	wakeups atomic.Uint64
+}
+
+// New loads the registered locks and rebuilds their queues from kv.
+func New(db storage.Iterable, kv *mvcc.Store, lg *slog.Logger) (*Machine, error) {
+	if lg == nil {
+		lg = slog.Default()
+	}
+	m := &Machine{kv: kv, db: db, lg: lg, waiters: map[string]map[*Waiter]struct{}{}, subs: map[string]map[*Sub]struct{}{}}
+	return m, m.Reload()
+}
+
+func recordKey(name string) []byte {
+	return storage.Key(storage.PrefixLock, []byte{'n'}, []byte(name))
+}
+
+// Reload rebuilds every queue from the store (restart, snapshot install).
+func (m *Machine) Reload() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	locks := map[string]*queue{}
+	lo := []byte{storage.PrefixLock, 'n'}
+	it, err := m.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{storage.PrefixLock, 'n' + 1}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		name := string(it.Key()[2:])
+		v := it.Value()
+		if len(v) != 17 {
+			return fmt.Errorf("tenure: lock: corrupt record for %q", name)
+		}
+		q := &queue{name: name, byKey: map[string]*entry{}, delayMs: int64(binary.BigEndian.Uint64(v)), blocked: binary.BigEndian.Uint64(v[8:]), sticky: v[16] == 1}
+		resp, err := m.kv.Range(&pb.RangeRequest{Key: []byte(name + "/"), RangeEnd: prefixEnd(name), KeysOnly: true})
+		if err != nil {
+			return err
+		}
+		fill(q, resp.Kvs)
+		locks[name] = q
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	m.locks = locks
+	return nil
+}
+
+func prefixEnd(name string) []byte {
+	e := []byte(name + "/")
+	e[len(e)-1]++ // '/'+1 = '0'
+	return e
+}
+
+func fill(q *queue, kvs []*mvccpb.KeyValue) {
+	kvs = slices.Clone(kvs)
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmpInt(a.CreateRevision, b.CreateRevision) })
+	for _, kv := range kvs {
+		q.push(&entry{key: string(kv.Key), rev: kv.CreateRevision, lease: kv.Lease})
+	}
+	if q.blocked == 0 && q.head != nil {
+		q.granted = q.head
+		q.grantRev = q.head.rev
+	}
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func (m *Machine) persist(q *queue) {
+	v := make([]byte, 17)
+	binary.BigEndian.PutUint64(v, uint64(q.delayMs))
+	binary.BigEndian.PutUint64(v[8:], q.blocked)
+	if q.sticky {
+		v[16] = 1
+	}
+	if err := m.b.Set(recordKey(q.name), v, nil); err != nil {
+		panic(fmt.Sprintf("tenure: lock: stage record: %v", err))
+	}
+}
+
+// BeginEntry starts applying the entry at index into b.
+func (m *Machine) BeginEntry(b *pebble.Batch, index uint64) {
+	m.mu.Lock()
+	m.b, m.index, m.cause = b, index, CauseDeleted
+	m.mu.Unlock()
+}
+
+// SetCause says why the keys deleted by the following txns go (lease expiry
+// or revoke); it lasts until the next BeginEntry or SetCause.
+func (m *Machine) SetCause(c Cause) {
+	m.mu.Lock()
+	m.cause = c
+	m.mu.Unlock()
+}
+
+// Observe is called after every mvcc txn in apply with its events: queues
+// follow puts and deletes under registered lock prefixes, and every lock
+// whose owner went is handed to the next key in the same apply.
+func (m *Machine) Observe(rev int64, events []*mvccpb.Event) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.observe(rev, events)
+}
+
+func (m *Machine) observe(rev int64, events []*mvccpb.Event) {
+	if len(m.locks) == 0 {
+		return
+	}
+	for _, ev := range events {
+		key := ev.Kv.Key
+		for i := 1; i < len(key); i++ {
+			if key[i] != '/' {
+				continue
+			}
+			if q := m.locks[string(key[:i])]; q != nil {
+				m.apply1(q, rev, ev)
+			}
+		}
+	}
+	m.settle(rev)
+}
+
+func (m *Machine) apply1(q *queue, rev int64, ev *mvccpb.Event) {
+	k := string(ev.Kv.Key)
+	e := q.byKey[k]
+	switch ev.Type {
+	case mvccpb.PUT:
+		if e == nil {
+			q.push(&entry{key: k, rev: ev.Kv.CreateRevision, lease: ev.Kv.Lease})
+			m.markDirty(q)
+			return
+		}
+		e.lease = ev.Kv.Lease
+		if q.granted == e {
+			m.staged = append(m.staged, Note{Kind: NoteUpdated, Lock: q.name, Key: k, Token: e.rev, Lease: e.lease, Rev: rev, Value: ev.Kv.Value})
+		}
+	case mvccpb.DELETE:
+		if e == nil {
+			return
+		}
+		q.remove(e)
+		m.markDirty(q)
+		if q.granted != e {
+			m.staged = append(m.staged, Note{Kind: NoteRemoved, Lock: q.name, Key: k, Token: e.rev, Lease: e.lease, Rev: rev, Cause: m.cause})
+			return
+		}
+		q.granted = nil
+		m.staged = append(m.staged, Note{Kind: NoteLost, Lock: q.name, Key: k, Token: e.rev, Lease: e.lease, Rev: rev, Cause: m.cause})
+		if m.cause == CauseLeaseExpired && q.delayMs > 0 {
+			q.blocked = m.index
+			m.persist(q)
+			m.staged = append(m.staged, Note{Kind: NoteDelayStarted, Lock: q.name, Rev: rev, Epoch: q.blocked, DelayMs: q.delayMs})
+		}
+	}
+}
+
+func (m *Machine) markDirty(q *queue) {
+	if !slices.Contains(m.dirty, q) {
+		m.dirty = append(m.dirty, q)
+	}
+}
+
+// settle grants every dirty lock that has no owner to its oldest key.
+func (m *Machine) settle(rev int64) {
+	for _, q := range m.dirty {
+		m.grant(q, rev)
+		if q.head == nil && q.delayMs == 0 && q.blocked == 0 && !q.sticky {
+			delete(m.locks, q.name)
+			if err := m.b.Delete(recordKey(q.name), nil); err != nil {
+				panic(fmt.Sprintf("tenure: lock: stage record: %v", err))
+			}
+		}
+	}
+	m.dirty = m.dirty[:0]
+}
+
+func (m *Machine) grant(q *queue, rev int64) {
+	if q.granted != nil || q.blocked != 0 || q.head == nil {
+		return
+	}
+	q.granted, q.grantRev = q.head, rev
+	m.staged = append(m.staged, Note{Kind: NoteGranted, Lock: q.name, Key: q.head.key, Token: q.head.rev, Lease: q.head.lease, Rev: rev})
+}
+
+// ensure returns the queue for name, registering it (and reading the keys
+// already under its prefix through the batch) when it is new.
+func (m *Machine) ensure(env Env, name string) *queue {
+	if q := m.locks[name]; q != nil {
+		return q
+	}
+	q := &queue{name: name, byKey: map[string]*entry{}}
+	t := env.Begin()
+	resp, err := t.Range(&pb.RangeRequest{Key: []byte(name + "/"), RangeEnd: prefixEnd(name), KeysOnly: true})
+	m.mu.Unlock()
+	env.End(t)
+	m.mu.Lock()
+	if err != nil {
+		panic(fmt.Sprintf("tenure: lock: read queue %q: %v", name, err))
+	}
+	fill(q, resp.Kvs)
+	m.locks[name] = q
+	m.persist(q)
+	return q
+}
+
+// KeyFor is the queue key of lease in lock name: name/<lease in hex>, the
+// layout clientv3's concurrency.Mutex and Election use.
+func KeyFor(name []byte, lease int64) string { return fmt.Sprintf("%s/%x", name, lease) }
+
+// ValidName checks a lock name.
+func ValidName(name []byte) error {
+	if len(name) == 0 || len(name) > MaxNameBytes || bytes.IndexByte(name, 0) >= 0 {
+		return ErrInvalidName
+	}
+	return nil
+}
+
+// Apply applies a lock entry's payload. It returns the request id and
+// either an *AcquireResult or an error (the proposer's answer).
+func (m *Machine) Apply(env Env, payload []byte) (uint64, any, error) {
+	op, err := Unmarshal(payload)
+	if err != nil {
+		return 0, nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := ValidName(op.Name); err != nil {
+		return op.ReqID, nil, err
+	}
+	name := string(op.Name)
+	switch op.Kind {
+	case OpAcquire:
+		res, err := m.acquire(env, name, op)
+		return op.ReqID, res, err
+	case OpRegister:
+		q := m.ensure(env, name)
+		if !q.sticky {
+			q.sticky = true
+			m.persist(q)
+		}
+		return op.ReqID, m.result(q, nil), nil
+	case OpSetDelay:
+		if op.DelayMs < 0 || op.DelayMs > MaxDelayMs {
+			return op.ReqID, nil, ErrDelayTooLong
+		}
+		q := m.ensure(env, name)
+		q.delayMs = op.DelayMs
+		m.persist(q)
+		m.markDirty(q)
+		m.settle(m.kvRev())
+		return op.ReqID, m.result(q, nil), nil
+	case OpEndDelay:
+		q := m.locks[name]
+		if q == nil || q.blocked == 0 || q.blocked != op.Epoch {
+			return op.ReqID, nil, nil // stale: already ended, or a newer delay runs
+		}
+		q.blocked = 0
+		m.persist(q)
+		m.markDirty(q)
+		m.settle(m.kvRev())
+		return op.ReqID, m.result(q, nil), nil
+	default:
+		return op.ReqID, nil, errMalformed
+	}
+}
+
+func (m *Machine) kvRev() int64 {
+	// The staged revision is not exported by mvcc; a grant decided by a
+	// non-mvcc entry reports the published revision it follows.
+	return m.kv.Rev()
+}
+
+func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) {
+	if op.Lease == 0 {
+		return nil, ErrLeaseRequired
+	}
+	if !env.LeaseExists(op.Lease) {
+		return nil, mvcc.ErrLeaseNotFound
+	}
+	q := m.ensure(env, name)
+	key := KeyFor(op.Name, op.Lease)
+	e := q.byKey[key]
+	if e == nil {
+		if op.Flags&FlagTry != 0 && (q.head != nil || q.blocked != 0) {
+			return m.result(q, nil), nil
+		}
+		if op.MaxWaiters > 0 && q.n >= int(op.MaxWaiters) {
+			return nil, ErrTooManyWaiters
+		}
+	}
+	if e == nil || op.Flags&FlagElection != 0 {
+		t := env.Begin()
+		_, err := t.Put(&pb.PutRequest{Key: []byte(key), Value: op.Value, Lease: op.Lease})
+		m.mu.Unlock()
+		rev := env.End(t) // Observe runs here (it takes m.mu)
+		m.mu.Lock()
+		if err != nil {
+			return nil, err
+		}
+		_ = rev
+		q = m.locks[name]
+		e = q.byKey[key]
+	}
+	return m.result(q, e), nil
+}
+
+func (m *Machine) result(q *queue, e *entry) *AcquireResult {
+	r := &AcquireResult{Waiters: q.n, Blocked: q.blocked != 0, Rev: q.grantRev}
+	if q.granted != nil {
+		r.Owner = Owner{Key: q.granted.key, Token: q.granted.rev, Lease: q.granted.lease}
+	}
+	if e != nil {
+		r.Key, r.Token = e.key, e.rev
+		r.Granted = q.granted == e
+	}
+	return r
+}
+
+// Publish delivers the notes staged since the last call (after the batch
+// is committed and the revision published).
+func (m *Machine) Publish() {
+	m.mu.Lock()
+	notes := m.staged
+	m.staged = nil
+	var delays []Note
+	for _, n := range notes {
+		switch n.Kind {
+		case NoteGranted, NoteRemoved:
+			for w := range m.waiters[n.Key] {
+				select {
+				case w.c <- n:
+					m.wakeups.Add(1)
+				default:
+					m.lg.Warn("lock waiter channel full; note dropped", "key", n.Key)
+				}
+			}
+		case NoteDelayStarted:
+			delays = append(delays, n)
+		}
+		for s := range m.subs[n.Lock] {
+			select {
+			case s.c <- n:
+			default:
+				s.overflow()
+				delete(m.subs[n.Lock], s)
+			}
+		}
+	}
+	hook := m.onDelay
+	m.mu.Unlock()
+	if hook != nil {
+		for _, n := range delays {
+			hook(n)
+		}
+	}
+}
+
+// Wakeups counts notes delivered to waiting Lock/Campaign calls.
+func (m *Machine) Wakeups() uint64 { return m.wakeups.Load() }
+
+// Waiter receives the notes about one queue key.
+type Waiter struct {
+	m   *Machine
+	key string
+	c   chan Note
+}
+
+// C delivers the Granted and Removed notes for the key.
+func (w *Waiter) C() <-chan Note { return w.c }
+
+// WaitKey registers interest in key's notes. Register before proposing the
+// acquire so that a grant decided in the same apply is not missed.
+func (m *Machine) WaitKey(key string) *Waiter {
+	w := &Waiter{m: m, key: key, c: make(chan Note, 8)}
+	m.mu.Lock()
+	set := m.waiters[key]
+	if set == nil {
+		set = map[*Waiter]struct{}{}
+		m.waiters[key] = set
+	}
+	set[w] = struct{}{}
+	m.mu.Unlock()
+	return w
+}
+
+// Close unregisters w.
+func (w *Waiter) Close() {
+	w.m.mu.Lock()
+	if set := w.m.waiters[w.key]; set != nil {
+		delete(set, w)
+		if len(set) == 0 {
+			delete(w.m.waiters, w.key)
+		}
+	}
+	w.m.mu.Unlock()
+}
+
+// Sub receives every note about one lock.
+type Sub struct {
+	m    *Machine
+	name string
+	c    chan Note
+	once sync.Once
+	done chan struct{}
+}
+
+// C delivers the notes; Overflowed is closed when the subscriber fell behind
+// and was dropped.
+func (s *Sub) C() <-chan Note { return s.c }
+
+// Overflowed is closed if notes were dropped because the reader was slow.
+func (s *Sub) Overflowed() <-chan struct{} { return s.done }
+
+func (s *Sub) overflow() { s.once.Do(func() { close(s.done) }) }
+
+// Subscribe registers interest in every note about lock name.
+func (m *Machine) Subscribe(name string) *Sub {
+	s := &Sub{m: m, name: name, c: make(chan Note, 256), done: make(chan struct{})}
+	m.mu.Lock()
+	set := m.subs[name]
+	if set == nil {
+		set = map[*Sub]struct{}{}
+		m.subs[name] = set
+	}
+	set[s] = struct{}{}
+	m.mu.Unlock()
+	return s
+}
+
+// Close unregisters s.
+func (s *Sub) Close() {
+	s.m.mu.Lock()
+	if set := s.m.subs[s.name]; set != nil {
+		delete(set, s)
+		if len(set) == 0 {
+			delete(s.m.subs, s.name)
+		}
+	}
+	s.m.mu.Unlock()
+}
+
+// State is a lock as the state machine sees it.
+type State struct {
+	Known   bool
+	Owner   Owner   // zero when nobody holds it
+	Queue   []Owner // every key in order, the owner first
+	Waiters int     // len of the queue (the owner included)
+	DelayMs int64
+	Blocked uint64 // raft index at which a running lock-delay began; 0: none
+}
+
+// Get returns lock name's state, with at most maxQueue queue entries.
+func (m *Machine) Get(name string, maxQueue int) State {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.locks[name]
+	if q == nil {
+		return State{}
+	}
+	st := State{Known: true, Waiters: q.n, DelayMs: q.delayMs, Blocked: q.blocked}
+	if q.granted != nil {
+		st.Owner = Owner{Key: q.granted.key, Token: q.granted.rev, Lease: q.granted.lease}
+	}
+	for e := q.head; e != nil && len(st.Queue) < maxQueue; e = e.next {
+		st.Queue = append(st.Queue, Owner{Key: e.key, Token: e.rev, Lease: e.lease})
+	}
+	return st
+}
+
+// Blocked lists the locks whose lock-delay is running, by name.
+func (m *Machine) Blocked() []Note {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Note
+	for _, q := range m.locks {
+		if q.blocked != 0 {
+			out = append(out, Note{Kind: NoteDelayStarted, Lock: q.name, Epoch: q.blocked, DelayMs: q.delayMs})
+		}
+	}
+	slices.SortFunc(out, func(a, b Note) int { return cmpStr(a.Lock, b.Lock) })
+	return out
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// SetDelayHook sets the function told of every lock-delay that starts (the
+// leader's scheduler). It is called outside the machine's lock.
+func (m *Machine) SetDelayHook(f func(Note)) {
+	m.mu.Lock()
+	m.onDelay = f
+	m.mu.Unlock()
+}

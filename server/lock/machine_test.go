@@ -1,0 +1,428 @@
+package lock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/tenure-io/tenure/server/mvcc"
+)
+
+// harness drives a Machine the way apply does: one batch per entry, every
+// mvcc txn observed, commit, publish.
+type harness struct {
+	t      *testing.T
+	fs     vfs.FS
+	db     *pebble.DB
+	kv     *mvcc.Store
+	m      *Machine
+	leases map[int64]map[string]bool
+	index  uint64
+	rev    int64
+}
+
+type fakeLeaseIndex struct{ h *harness }
+
+func (f fakeLeaseIndex) Exists(id int64) bool { _, ok := f.h.leases[id]; return ok }
+func (f fakeLeaseIndex) Attach(id int64, key []byte) {
+	if s, ok := f.h.leases[id]; ok {
+		s[string(key)] = true
+	}
+}
+func (f fakeLeaseIndex) Detach(id int64, key []byte) { delete(f.h.leases[id], string(key)) }
+
+type henv struct {
+	h *harness
+	b *pebble.Batch
+}
+
+func (e henv) Begin() *mvcc.Txn { return e.h.kv.Begin(e.b, fakeLeaseIndex{e.h}) }
+func (e henv) End(t *mvcc.Txn) int64 {
+	rev, evs := t.End()
+	e.h.m.Observe(rev, evs)
+	if rev > e.h.rev {
+		e.h.rev = rev
+	}
+	return rev
+}
+func (e henv) LeaseExists(id int64) bool { _, ok := e.h.leases[id]; return ok }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, fs: vfs.NewMem(), leases: map[int64]map[string]bool{}}
+	h.open()
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *harness) open() {
+	db, err := pebble.Open("db", &pebble.Options{FS: h.fs, Logger: pebbleQuiet{}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	kv, err := mvcc.Open(db, quiet)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m, err := New(db, kv, quiet)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.db, h.kv, h.m, h.rev = db, kv, m, kv.Rev()
+}
+
+func (h *harness) close() {
+	if h.kv != nil {
+		h.kv.Close()
+		_ = h.db.Close()
+		h.kv = nil
+	}
+}
+
+func (h *harness) reopen() {
+	h.close()
+	h.open()
+}
+
+// entry applies fn as one raft entry.
+func (h *harness) entry(fn func(e henv)) {
+	h.t.Helper()
+	b := h.db.NewIndexedBatch()
+	defer b.Close()
+	h.index++
+	h.m.BeginEntry(b, h.index)
+	fn(henv{h, b})
+	if err := b.Commit(pebble.NoSync); err != nil {
+		h.t.Fatal(err)
+	}
+	h.kv.Publish(h.rev)
+	h.m.Publish()
+}
+
+func (h *harness) grant(ids ...int64) {
+	for _, id := range ids {
+		h.leases[id] = map[string]bool{}
+	}
+}
+
+func (h *harness) op(op *Op) (*AcquireResult, error) {
+	h.t.Helper()
+	var res any
+	var err error
+	h.entry(func(e henv) { _, res, err = h.m.Apply(e, op.Marshal()) })
+	r, _ := res.(*AcquireResult)
+	return r, err
+}
+
+func (h *harness) acquire(name string, lease int64) *AcquireResult {
+	h.t.Helper()
+	r, err := h.op(&Op{Kind: OpAcquire, Name: []byte(name), Lease: lease, MaxWaiters: DefaultMaxWaiters})
+	if err != nil {
+		h.t.Fatalf("acquire %s %x: %v", name, lease, err)
+	}
+	return r
+}
+
+func (h *harness) put(key string, lease int64) {
+	h.entry(func(e henv) {
+		t := e.Begin()
+		if _, err := t.Put(&pb.PutRequest{Key: []byte(key), Lease: lease}); err != nil {
+			h.t.Fatal(err)
+		}
+		e.End(t)
+	})
+}
+
+func (h *harness) del(key string) {
+	h.entry(func(e henv) {
+		t := e.Begin()
+		if _, err := t.DeleteRange(&pb.DeleteRangeRequest{Key: []byte(key)}); err != nil {
+			h.t.Fatal(err)
+		}
+		e.End(t)
+	})
+}
+
+// endLease expires (or revokes) a lease: its keys go in one txn.
+func (h *harness) endLease(id int64, c Cause) {
+	h.entry(func(e henv) {
+		h.m.SetCause(c)
+		var keys [][]byte
+		for k := range h.leases[id] {
+			keys = append(keys, []byte(k))
+		}
+		delete(h.leases, id)
+		t := e.Begin()
+		t.DeleteKeys(keys)
+		e.End(t)
+	})
+}
+
+func (h *harness) owner(name string) Owner { return h.m.Get(name, 0).Owner }
+
+func recv(t *testing.T, w *Waiter) (Note, bool) {
+	t.Helper()
+	select {
+	case n := <-w.C():
+		return n, true
+	default:
+		return Note{}, false
+	}
+}
+
+func TestFIFOAndOneWakeupPerHandoff(t *testing.T) {
+	h := newHarness(t)
+	const n = 6
+	ids := []int64{0x10, 0x20, 0x30, 0x40, 0x50, 0x60}
+	h.grant(ids...)
+	waiters := map[int64]*Waiter{}
+	tokens := map[int64]int64{}
+	for i, id := range ids {
+		waiters[id] = h.m.WaitKey(KeyFor([]byte("job"), id))
+		r := h.acquire("job", id)
+		tokens[id] = r.Token
+		if r.Granted != (i == 0) {
+			t.Fatalf("acquire %d: granted=%v", i, r.Granted)
+		}
+		if r.Waiters != i+1 {
+			t.Fatalf("acquire %d: waiters=%d", i, r.Waiters)
+		}
+	}
+	// The first owner was granted by its own acquire: one note to its waiter.
+	if n, ok := recv(t, waiters[ids[0]]); !ok || n.Kind != NoteGranted {
+		t.Fatalf("first owner note = %+v %v", n, ok)
+	}
+	last := tokens[ids[0]]
+	for i := 0; i < n-1; i++ {
+		before := h.m.Wakeups()
+		h.del(KeyFor([]byte("job"), ids[i]))
+		if got := h.m.Wakeups() - before; got != 1 {
+			t.Fatalf("hand-off %d woke %d waiters, want exactly 1", i, got)
+		}
+		next := ids[i+1]
+		nt, ok := recv(t, waiters[next])
+		if !ok || nt.Kind != NoteGranted || nt.Token != tokens[next] {
+			t.Fatalf("hand-off %d: next waiter got %+v %v", i, nt, ok)
+		}
+		for _, other := range ids[i+2:] {
+			if nt, ok := recv(t, waiters[other]); ok {
+				t.Fatalf("waiter %x woken out of turn: %+v", other, nt)
+			}
+		}
+		if o := h.owner("job"); o.Token != tokens[next] || o.Token <= last {
+			t.Fatalf("owner %+v after hand-off %d (last token %d)", o, i, last)
+		}
+		last = tokens[next]
+	}
+}
+
+func TestPlainKVKeysShareTheQueue(t *testing.T) {
+	h := newHarness(t)
+	h.grant(1, 2, 3)
+	// A clientv3 Mutex user got there first, before the lock was known.
+	h.put("m/1", 1)
+	h.put("unrelated", 0)
+	h.put("m/2", 2)
+	r := h.acquire("m", 3)
+	if r.Granted || r.Owner.Key != "m/1" || r.Waiters != 3 {
+		t.Fatalf("acquire behind plain keys: %+v", r)
+	}
+	w := h.m.WaitKey("m/3")
+	h.del("m/1")
+	if o := h.owner("m"); o.Key != "m/2" {
+		t.Fatalf("owner after plain delete = %+v", o)
+	}
+	if _, ok := recv(t, w); ok {
+		t.Fatal("third waiter woken early")
+	}
+	h.del("m/2")
+	if n, ok := recv(t, w); !ok || n.Kind != NoteGranted {
+		t.Fatalf("lock-service waiter not granted after plain keys: %+v", n)
+	}
+}
+
+func TestWaiterLeaseExpiryNeverGranted(t *testing.T) {
+	h := newHarness(t)
+	h.grant(1, 2, 3)
+	h.acquire("l", 1)
+	w2 := h.m.WaitKey(KeyFor([]byte("l"), 2))
+	r2 := h.acquire("l", 2)
+	h.acquire("l", 3)
+	h.endLease(2, CauseLeaseExpired)
+	n, ok := recv(t, w2)
+	if !ok || n.Kind != NoteRemoved || n.Cause != CauseLeaseExpired || n.Token != r2.Token {
+		t.Fatalf("expired waiter note = %+v %v", n, ok)
+	}
+	h.del(KeyFor([]byte("l"), 1))
+	if n, ok := recv(t, w2); ok {
+		t.Fatalf("expired waiter told %+v", n)
+	}
+	if o := h.owner("l"); o.Lease != 3 {
+		t.Fatalf("owner = %+v, want lease 3", o)
+	}
+}
+
+func TestHandoffOnOwnerExpiryAndRevoke(t *testing.T) {
+	for _, c := range []Cause{CauseLeaseExpired, CauseLeaseRevoked} {
+		t.Run(c.String(), func(t *testing.T) {
+			h := newHarness(t)
+			h.grant(1, 2)
+			h.acquire("l", 1)
+			w := h.m.WaitKey(KeyFor([]byte("l"), 2))
+			sub := h.m.Subscribe("l")
+			h.acquire("l", 2)
+			h.endLease(1, c)
+			if n, ok := recv(t, w); !ok || n.Kind != NoteGranted {
+				t.Fatalf("waiter after owner %s: %+v", c, n)
+			}
+			lost := <-sub.C()
+			for lost.Kind != NoteLost {
+				lost = <-sub.C()
+			}
+			if lost.Cause != c || lost.Lease != 1 {
+				t.Fatalf("lost note = %+v", lost)
+			}
+		})
+	}
+}
+
+func TestLockDelayOnlyAfterExpiry(t *testing.T) {
+	h := newHarness(t)
+	h.grant(1, 2, 3)
+	if _, err := h.op(&Op{Kind: OpSetDelay, Name: []byte("d"), DelayMs: 5000}); err != nil {
+		t.Fatal(err)
+	}
+	var started []Note
+	h.m.SetDelayHook(func(n Note) { started = append(started, n) })
+	h.acquire("d", 1)
+	h.acquire("d", 2)
+	h.acquire("d", 3)
+	// Explicit unlock: no delay.
+	h.del(KeyFor([]byte("d"), 1))
+	if o := h.owner("d"); o.Lease != 2 || len(started) != 0 {
+		t.Fatalf("after unlock: owner %+v, delays %v", o, started)
+	}
+	// Expiry: the next grant waits.
+	w := h.m.WaitKey(KeyFor([]byte("d"), 3))
+	h.endLease(2, CauseLeaseExpired)
+	st := h.m.Get("d", 0)
+	if st.Owner.Key != "" || st.Blocked == 0 || len(started) != 1 {
+		t.Fatalf("after expiry: %+v, delays %v", st, started)
+	}
+	if _, ok := recv(t, w); ok {
+		t.Fatal("granted during lock-delay")
+	}
+	// Survives a restart.
+	h.reopen()
+	if st := h.m.Get("d", 0); st.Blocked != started[0].Epoch || st.Owner.Key != "" || st.DelayMs != 5000 {
+		t.Fatalf("after reopen: %+v", st)
+	}
+	w = h.m.WaitKey(KeyFor([]byte("d"), 3))
+	// A stale end (wrong epoch) changes nothing; the right one grants.
+	if _, err := h.op(&Op{Kind: OpEndDelay, Name: []byte("d"), Epoch: started[0].Epoch + 100}); err != nil {
+		t.Fatal(err)
+	}
+	if h.owner("d").Key != "" {
+		t.Fatal("stale end-delay granted")
+	}
+	if _, err := h.op(&Op{Kind: OpEndDelay, Name: []byte("d"), Epoch: started[0].Epoch}); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := recv(t, w); !ok || n.Kind != NoteGranted || n.Lease != 3 {
+		t.Fatalf("after delay: %+v %v", n, ok)
+	}
+}
+
+func TestAcquireErrorsAndLimits(t *testing.T) {
+	h := newHarness(t)
+	h.grant(1, 2, 3)
+	if _, err := h.op(&Op{Kind: OpAcquire, Name: []byte("x"), Lease: 0}); !errors.Is(err, ErrLeaseRequired) {
+		t.Fatalf("lease 0: %v", err)
+	}
+	if _, err := h.op(&Op{Kind: OpAcquire, Name: []byte("x"), Lease: 99}); !errors.Is(err, mvcc.ErrLeaseNotFound) {
+		t.Fatalf("missing lease: %v", err)
+	}
+	if _, err := h.op(&Op{Kind: OpAcquire, Name: nil, Lease: 1}); !errors.Is(err, ErrInvalidName) {
+		t.Fatalf("empty name: %v", err)
+	}
+	if _, err := h.op(&Op{Kind: OpSetDelay, Name: []byte("x"), DelayMs: MaxDelayMs + 1}); !errors.Is(err, ErrDelayTooLong) {
+		t.Fatalf("delay too long: %v", err)
+	}
+	h.acquire("x", 1)
+	// TryLock on a held lock: no key written, owner reported.
+	r, err := h.op(&Op{Kind: OpAcquire, Name: []byte("x"), Lease: 2, Flags: FlagTry})
+	if err != nil || r.Granted || r.Token != 0 || r.Owner.Lease != 1 || r.Waiters != 1 {
+		t.Fatalf("try on held lock: %+v %v", r, err)
+	}
+	// Re-acquire with the same lease is the same key and token.
+	r1 := h.acquire("x", 1)
+	if !r1.Granted || r1.Waiters != 1 {
+		t.Fatalf("re-acquire: %+v", r1)
+	}
+	if _, err := h.op(&Op{Kind: OpAcquire, Name: []byte("x"), Lease: 2, MaxWaiters: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.op(&Op{Kind: OpAcquire, Name: []byte("x"), Lease: 3, MaxWaiters: 2}); !errors.Is(err, ErrTooManyWaiters) {
+		t.Fatalf("over the waiter limit: %v", err)
+	}
+}
+
+func TestReloadRebuildsQueues(t *testing.T) {
+	h := newHarness(t)
+	for i := int64(1); i <= 5; i++ {
+		h.grant(i)
+		h.acquire("r", i)
+	}
+	h.del(KeyFor([]byte("r"), 1))
+	h.endLease(3, CauseLeaseExpired)
+	before := h.m.Get("r", 10)
+	h.reopen()
+	after := h.m.Get("r", 10)
+	if fmt.Sprint(before) != fmt.Sprint(after) {
+		t.Fatalf("reload changed state:\n%+v\n%+v", before, after)
+	}
+	// Empty locks without a delay are forgotten (no unbounded registry).
+	h.del(KeyFor([]byte("r"), 2))
+	h.endLease(4, CauseLeaseRevoked)
+	h.endLease(5, CauseLeaseExpired)
+	if st := h.m.Get("r", 0); st.Known {
+		t.Fatalf("empty lock still registered: %+v", st)
+	}
+}
+
+func TestOpRoundTrip(t *testing.T) {
+	op := &Op{Kind: OpAcquire, ReqID: 7, Name: []byte("a/b"), Lease: -5, Value: []byte("v"), Flags: FlagTry, MaxWaiters: 3, DelayMs: 9, Epoch: 11}
+	got, err := Unmarshal(op.Marshal())
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(op) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if _, err := Unmarshal(op.Marshal()[:10]); err == nil {
+		t.Fatal("truncated op decoded")
+	}
+}
+
+func FuzzUnmarshal(f *testing.F) {
+	f.Add((&Op{Kind: OpAcquire, Name: []byte("x")}).Marshal())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		op, err := Unmarshal(b)
+		if err != nil {
+			return
+		}
+		if _, err := Unmarshal(op.Marshal()); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+type pebbleQuiet struct{}
+
+func (pebbleQuiet) Infof(string, ...any)      {}
+func (pebbleQuiet) Errorf(f string, a ...any) { fmt.Printf("pebble: "+f+"\n", a...) }
+func (pebbleQuiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
