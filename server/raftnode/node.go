@@ -53,7 +53,8 @@ type Node struct {
 	appliedMu    sync.Mutex
 	applied      uint64
 	appliedTerm  uint64
-	appliedCh    chan struct{} // closed and replaced when applied advances
+	appliedCh    chan struct{}        // closed and replaced when applied advances
+	fwdPropc     chan *raftpb.Message // proposals forwarded by followers (forwardLoop)
 	confState    *raftpb.ConfState
 	snapIndex    uint64 // index of the last compaction snapshot (apply loop)
 	peersMu      sync.Mutex
@@ -102,6 +103,7 @@ func New(cfg Config) (*Node, error) {
 		leaderEvs:  make(chan LeaderEvent, 64),
 		applyc:     make(chan applyItem, 128),
 		appliedCh:  make(chan struct{}),
+		fwdPropc:   make(chan *raftpb.Message, 1024),
 		members:    map[uint64]*Member{},
 		knownPeers: map[uint64]bool{},
 		ccWaiters:  map[uint64]chan error{},
@@ -308,7 +310,8 @@ func (n *Node) Start() {
 			n.log.Error("transport start failed", "err", err)
 		}
 		n.started.Store(true)
-		n.wg.Add(5)
+		n.wg.Add(6)
+		go n.forwardLoop()
 		go n.tickLoop()
 		go n.readyLoop()
 		go n.applyLoop()
@@ -585,7 +588,37 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 	if !n.started.Load() {
 		return ErrStopped
 	}
+	if m.GetType() == raftpb.MsgProp {
+		// A forwarded proposal blocks in raft until this member knows a
+		// leader. It must never hold up the peer stream it came on: the
+		// heartbeats and appends queued behind it are what tell this member
+		// who the leader is. Hand it to the forwarder; drop it when the
+		// forwarder is full (the proposer's client times out and retries,
+		// exactly as when raft itself drops a proposal).
+		select {
+		case n.fwdPropc <- m:
+		default:
+		}
+		return nil
+	}
 	return n.rn.Step(ctx, m)
+}
+
+// forwardLoop steps proposals forwarded by followers, each bounded by an
+// election timeout, so a leaderless member drops them instead of stalling.
+func (n *Node) forwardLoop() {
+	defer n.wg.Done()
+	timeout := n.cfg.TickInterval * time.Duration(n.cfg.ElectionTicks)
+	for {
+		select {
+		case m := <-n.fwdPropc:
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_ = n.rn.Step(ctx, m)
+			cancel()
+		case <-n.stopc:
+			return
+		}
+	}
 }
 
 // ReportUnreachable tells raft that a peer could not be reached.
