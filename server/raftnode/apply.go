@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -120,7 +121,9 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 			}
 			continue
 		}
+		applyStart := time.Now()
 		n.sm.ApplyEntry(b, idx, e.GetTerm(), data)
+		n.observeApply(applyStart, idx)
 		smTouched = true
 	}
 	if last == 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/credentials"
 )
 
 // Config configures a Node. Zero values of the tuning fields pick defaults.
@@ -36,6 +37,11 @@ type Config struct {
 	StateMachine   StateMachine
 	Logger         *slog.Logger
 	OnLeaderChange func(LeaderEvent) // called in order from one goroutine; must not block for long
+	// Observer, when set, receives disk sync, apply and snapshot timings.
+	Observer *Observer
+	// PeerCreds secures the gRPC peer transport's outgoing connections
+	// (https:// peer URLs); nil dials in plaintext.
+	PeerCreds credentials.TransportCredentials
 	// Transport carries raft messages and snapshots between members. nil
 	// selects the gRPC transport (NewGRPCTransport); tests inject MemNetwork's.
 	Transport Transport

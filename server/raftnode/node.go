@@ -123,7 +123,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.tr = cfg.Transport
 	if n.tr == nil {
-		n.grpcTr = NewGRPCTransport(GRPCTransportConfig{Logger: n.log, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
+		n.grpcTr = NewGRPCTransport(GRPCTransportConfig{Logger: n.log, Creds: cfg.PeerCreds, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
 		n.tr = n.grpcTr
 	}
 
@@ -390,6 +390,7 @@ func (n *Node) readyLoop() {
 			// them (raft tracks its own match index through Advance).
 			n.send(rd.Messages)
 		}
+		syncStart := time.Now()
 		failpoint.Hit(failpoint.RaftBeforeSave)
 		var err error
 		n.lastIndex, err = saveReady(n.db, rd.HardState, rd.Entries, rd.Snapshot, n.lastIndex)
@@ -397,6 +398,9 @@ func (n *Node) readyLoop() {
 			n.log.Error("persisting raft state failed; stopping", "err", err)
 			go n.Stop()
 			return
+		}
+		if rd.HardState != nil || len(rd.Entries) > 0 || !raft.IsEmptySnap(rd.Snapshot) {
+			n.observeSync(syncStart, len(rd.Entries))
 		}
 		failpoint.Hit(failpoint.RaftAfterSave)
 		if !raft.IsEmptySnap(rd.Snapshot) {

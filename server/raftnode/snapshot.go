@@ -88,12 +88,14 @@ func (n *Node) sendSnapshot(m *raftpb.Message) {
 	start := time.Now()
 	n.log.Info("sending snapshot", "to", fmt.Sprintf("%x", to), "index", idx, "term", term)
 	if err := n.tr.SendSnapshot(ctx, out, next); err != nil {
-		n.log.Warn("sending snapshot failed", "to", fmt.Sprintf("%x", to), "err", err)
+		n.log.Warn("sending snapshot failed", "to", fmt.Sprintf("%x", to), "index", idx, "took", time.Since(start), "err", err)
+		n.observeSnapshotSent(start, false)
 		return
 	}
 	n.snapsSent.Add(1)
 	status = raft.SnapshotFinish
 	n.log.Info("sent snapshot", "to", fmt.Sprintf("%x", to), "index", idx, "took", time.Since(start))
+	n.observeSnapshotSent(start, true)
 }
 
 // ReceiveSnapshot installs a snapshot streamed by the leader and then steps
