@@ -13,8 +13,8 @@ func FuzzDecodeChunk(f *testing.F) {
 	f.Add(encodeChunk([]KV{{Key: []byte("k"), Value: []byte("v")}}))
 	f.Add(encodeChunk([]KV{{Key: []byte("a"), Value: nil}, {Key: nil, Value: []byte("b")}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}) // length overflow
-	f.Add([]byte{0x05, 'a'})                                                 // truncated key
-	f.Add([]byte{0x80, 0x00, 0x00})                                          // non-minimal varint
+	f.Add([]byte{0x05, 'a'})                                                  // truncated key
+	f.Add([]byte{0x80, 0x00, 0x00})                                           // non-minimal varint
 	f.Fuzz(func(t *testing.T, b []byte) {
 		kvs, err := decodeChunk(b)
 		if err == nil {
