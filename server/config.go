@@ -1,7 +1,11 @@
 package server
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"log/slog"
+	"os"
 	"time"
 )
 
@@ -28,6 +32,11 @@ type Config struct {
 	LogFormat                string        // --log-format: json|text
 	EnablePprof              bool          // --enable-pprof: /debug/pprof on the client URLs
 
+	// Client TLS (https:// client URLs), etcd's flags.
+	ClientTLS TLSInfo // --cert-file, --key-file, --trusted-ca-file, --client-cert-auth
+	// Peer TLS (https:// peer URLs), etcd's flags.
+	PeerTLS TLSInfo // --peer-cert-file, --peer-key-file, --peer-trusted-ca-file, --peer-client-cert-auth
+
 	// RequestTimeout bounds how long a client request waits for raft
 	// (proposal commit or read barrier) before failing with "request timed out".
 	RequestTimeout time.Duration
@@ -44,6 +53,19 @@ type Config struct {
 	// Logger, when set, is used instead of one built from LogLevel/LogFormat.
 	Logger *slog.Logger
 }
+
+// TLSInfo names the files of one TLS endpoint (client or peer side).
+type TLSInfo struct {
+	CertFile      string // this member's certificate (PEM)
+	KeyFile       string // its private key (PEM)
+	TrustedCAFile string // CA bundle that client (or peer) certificates must chain to
+	// ClientCertAuth requires every connecting client (or peer) to present a
+	// certificate signed by TrustedCAFile; others are refused in the handshake.
+	ClientCertAuth bool
+}
+
+// Empty reports whether no TLS file is configured.
+func (t TLSInfo) Empty() bool { return t.CertFile == "" && t.KeyFile == "" && t.TrustedCAFile == "" }
 
 // Defaults, as etcd has them unless noted.
 const (
@@ -89,4 +111,64 @@ func DefaultConfig() Config {
 		LeaseExpiryRate:             DefaultLeaseExpiryRate,
 		WatchProgressNotifyInterval: DefaultWatchProgressNotify,
 	}
+}
+
+// ServerConfig builds the TLS configuration a listener serves with: the
+// member's certificate, and with ClientCertAuth the CA pool client
+// certificates must chain to. ALPN offers h2 (gRPC requires it) and http/1.1.
+func (t TLSInfo) ServerConfig() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+		NextProtos:   []string{"h2", "http/1.1"},
+	}
+	if t.TrustedCAFile != "" {
+		pool, err := loadCAPool(t.TrustedCAFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ClientCAs = pool
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	if t.ClientCertAuth {
+		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// ClientConfig builds the TLS configuration for dialing (peers dial each
+// other with the peer certificate, verified against TrustedCAFile).
+func (t TLSInfo) ClientConfig() (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
+	if t.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if t.TrustedCAFile != "" {
+		pool, err := loadCAPool(t.TrustedCAFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+func loadCAPool(file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("no PEM certificate in %s", file)
+	}
+	return pool, nil
 }

@@ -319,6 +319,37 @@ func (c *Config) Validate() error {
 		add("--log-format", "%q is not one of json, text", cc.LogFormat)
 	}
 
+	type urlFlag struct {
+		flag string
+		urls []string
+	}
+	checkTLS := func(flagPrefix string, t TLSInfo, lists ...urlFlag) {
+		if (t.CertFile == "") != (t.KeyFile == "") {
+			add("--"+flagPrefix+"cert-file", "--%scert-file and --%skey-file must be given together", flagPrefix, flagPrefix)
+		}
+		if t.ClientCertAuth && t.TrustedCAFile == "" {
+			add("--"+flagPrefix+"client-cert-auth", "needs --%strusted-ca-file", flagPrefix)
+		}
+		for _, l := range lists {
+			for _, u := range l.urls {
+				if strings.HasPrefix(strings.TrimSpace(u), "https://") && t.CertFile == "" {
+					add(l.flag, "%s is https but --%scert-file and --%skey-file are not set", u, flagPrefix, flagPrefix)
+				}
+			}
+		}
+		if t.CertFile != "" && t.KeyFile != "" {
+			if _, err := t.ServerConfig(); err != nil {
+				add("--"+flagPrefix+"cert-file", "%v", err)
+			}
+		} else if t.TrustedCAFile != "" {
+			if _, err := loadCAPool(t.TrustedCAFile); err != nil {
+				add("--"+flagPrefix+"trusted-ca-file", "%v", err)
+			}
+		}
+	}
+	checkTLS("", cc.ClientTLS, urlFlag{"--listen-client-urls", cc.ListenClientURLs}, urlFlag{"--listen-metrics-urls", cc.ListenMetricsURLs})
+	checkTLS("peer-", cc.PeerTLS, urlFlag{"--listen-peer-urls", cc.ListenPeerURLs})
+
 	if cc.RequestTimeout < 0 {
 		add("RequestTimeout", "must be > 0, got %v", cc.RequestTimeout)
 	}

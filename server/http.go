@@ -5,12 +5,18 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
+	"github.com/tenure-io/tenure/server/mvcc"
 	"github.com/tenure-io/tenure/server/raftnode"
 )
 
@@ -85,5 +91,139 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	gauge("tenure_watch_watchers", "Number of watchers.", func() float64 { w, _ := m.hub.Stats(); return float64(w) })
 	gauge("tenure_watch_slow_watchers", "Watchers catching up from history.", func() float64 { _, s := m.hub.Stats(); return float64(s) })
 	gauge("tenure_storage_db_size_bytes", "Disk space used by the store.", func() float64 { return float64(m.diskUsage()) })
+	gauge("tenure_storage_quota_backend_bytes", "--quota-backend-bytes: NOSPACE is raised above it.", func() float64 { return float64(m.cfg.QuotaBackendBytes) })
+	gauge("tenure_mvcc_keys", "Number of keys (counted at most every 5 s).", func() float64 { return float64(m.metrics.keys(m.kv)) })
+	gauge("tenure_server_proposals_pending", "Client proposals waiting to be applied on this member.", func() float64 {
+		p, _, _ := m.edge.ProposalStats()
+		return float64(p)
+	})
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	counter("tenure_server_proposals_committed_total", "Client proposals of this member applied (including requests that failed their own checks).", func() float64 {
+		_, c, _ := m.edge.ProposalStats()
+		return float64(c)
+	})
+	counter("tenure_server_proposals_failed_total", "Client proposals of this member that were never applied (no leader, dropped, timed out).", func() float64 {
+		_, _, f := m.edge.ProposalStats()
+		return float64(f)
+	})
+	counter("tenure_lease_expired_total", "Leases revoked by expiry on this member.", func() float64 { return float64(m.ap.LeaseExpiries()) })
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tenure_server_alarms", Help: "Raised alarms of this type (any member).", ConstLabels: prometheus.Labels{"alarm": "NOSPACE"},
+	}, func() float64 { return float64(len(m.ap.Alarms(pb.AlarmType_NOSPACE))) }))
+	m.metrics.register(reg)
 	return reg
+}
+
+// memberMetrics are the metrics updated on hot paths: atomic counters and
+// histograms only.
+type memberMetrics struct {
+	leaderChanges prometheus.Counter
+	walSync       prometheus.Histogram
+	apply         prometheus.Histogram
+	snapSent      *prometheus.HistogramVec
+	grpcStarted   *prometheus.CounterVec
+	grpcHandled   *prometheus.CounterVec
+	grpcSeconds   *prometheus.HistogramVec
+
+	keysMu  sync.Mutex
+	keysAt  time.Time
+	keysVal int64
+}
+
+func newMemberMetrics() *memberMetrics {
+	return &memberMetrics{
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_server_leader_changes_seen_total", Help: "Leader changes this member has seen (to a known leader).",
+		}),
+		walSync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tenure_disk_wal_fsync_duration_seconds", Help: "Synced writes of raft hard state and entries (the raft log's fsync).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14), // 1ms .. 8s, as etcd
+		}),
+		apply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "tenure_server_apply_duration_seconds", Help: "Applying one committed entry to the state machine.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 20),
+		}),
+		snapSent: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tenure_network_snapshot_send_duration_seconds", Help: "Snapshots streamed to followers, by result.",
+			Buckets: prometheus.ExponentialBuckets(0.1, 2, 10),
+		}, []string{"result"}),
+		grpcStarted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_grpc_server_started_total", Help: "gRPC calls started on the client API.",
+		}, []string{"grpc_type", "grpc_service", "grpc_method"}),
+		grpcHandled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_grpc_server_handled_total", Help: "gRPC calls completed on the client API, by status code.",
+		}, []string{"grpc_type", "grpc_service", "grpc_method", "grpc_code"}),
+		grpcSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "tenure_grpc_server_handling_seconds", Help: "Latency of unary gRPC calls on the client API.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"grpc_type", "grpc_service", "grpc_method"}),
+	}
+}
+
+func (mm *memberMetrics) register(reg *prometheus.Registry) {
+	reg.MustRegister(mm.leaderChanges, mm.walSync, mm.apply, mm.snapSent, mm.grpcStarted, mm.grpcHandled, mm.grpcSeconds)
+}
+
+func (mm *memberMetrics) observer() *raftnode.Observer {
+	return &raftnode.Observer{
+		DiskSync: func(d time.Duration) { mm.walSync.Observe(d.Seconds()) },
+		Apply:    func(d time.Duration) { mm.apply.Observe(d.Seconds()) },
+		SnapshotSent: func(d time.Duration, ok bool) {
+			r := "ok"
+			if !ok {
+				r = "failed"
+			}
+			mm.snapSent.WithLabelValues(r).Observe(d.Seconds())
+		},
+	}
+}
+
+// keys counts the keys at most every 5 s (a scan: too slow for every scrape).
+func (mm *memberMetrics) keys(kv *mvcc.Store) int64 {
+	mm.keysMu.Lock()
+	defer mm.keysMu.Unlock()
+	if time.Since(mm.keysAt) > 5*time.Second {
+		if resp, err := kv.Range(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, CountOnly: true, Serializable: true}); err == nil {
+			mm.keysVal = resp.Count
+			mm.keysAt = time.Now()
+		}
+	}
+	return mm.keysVal
+}
+
+func splitMethod(full string) (service, method string) {
+	full = strings.TrimPrefix(full, "/")
+	if i := strings.LastIndexByte(full, '/'); i >= 0 {
+		return full[:i], full[i+1:]
+	}
+	return "unknown", full
+}
+
+// unary and stream are the client gRPC server's interceptors (counts by
+// code, unary latency), named as go-grpc-prometheus names them.
+func (mm *memberMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	svc, meth := splitMethod(info.FullMethod)
+	mm.grpcStarted.WithLabelValues("unary", svc, meth).Inc()
+	start := time.Now()
+	resp, err := h(ctx, req)
+	mm.grpcSeconds.WithLabelValues("unary", svc, meth).Observe(time.Since(start).Seconds())
+	mm.grpcHandled.WithLabelValues("unary", svc, meth, status.Code(err).String()).Inc()
+	return resp, err
+}
+
+func (mm *memberMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	svc, meth := splitMethod(info.FullMethod)
+	typ := "bidi_stream"
+	switch {
+	case info.IsClientStream && !info.IsServerStream:
+		typ = "client_stream"
+	case !info.IsClientStream && info.IsServerStream:
+		typ = "server_stream"
+	}
+	mm.grpcStarted.WithLabelValues(typ, svc, meth).Inc()
+	err := h(srv, ss)
+	mm.grpcHandled.WithLabelValues(typ, svc, meth, status.Code(err).String()).Inc()
+	return err
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tenure-io/tenure/server/api"
@@ -69,6 +71,9 @@ type Member struct {
 	lessor   *lease.Lessor
 	db       *pebble.DB
 	registry *prometheus.Registry
+	metrics  *memberMetrics
+	edge     *api.Server
+	ap       *apply.Applier
 	grpcs    []*grpc.Server
 	https    []*http.Server
 	cancel   context.CancelFunc
@@ -119,6 +124,11 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		members = append(members, raftnode.Member{Name: im.Name, PeerURLs: im.PeerURLs})
 	}
 	electionTicks := int(cfg.ElectionTimeout / cfg.HeartbeatInterval)
+	mm := newMemberMetrics()
+	clientTLS, peerTLS, peerCreds, err := tlsConfigs(cfg)
+	if err != nil {
+		return nil, err
+	}
 	node, err := raftnode.New(raftnode.Config{
 		Name:            cfg.Name,
 		DB:              db,
@@ -133,7 +143,12 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		MaxRequestBytes: cfg.MaxRequestBytes,
 		StateMachine:    ap,
 		Logger:          lg,
+		Observer:        mm.observer(),
+		PeerCreds:       peerCreds,
 		OnLeaderChange: func(ev raftnode.LeaderEvent) {
+			if ev.Leader != 0 {
+				mm.leaderChanges.Inc()
+			}
 			if ev.IsLeader {
 				lessor.Promote()
 			} else {
@@ -155,13 +170,15 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		RequestTimeout: cfg.RequestTimeout, MinLeaseTTL: minTTL, QuotaBytes: cfg.QuotaBackendBytes, Logger: lg,
 	})
 
-	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db}
+	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db, metrics: mm, edge: edge, ap: ap}
 	mem.registry = mem.newRegistry()
 	clientSrv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.ChainUnaryInterceptor(mm.unary),
+		grpc.ChainStreamInterceptor(mm.stream),
 	)
 	edge.Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
@@ -176,7 +193,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		}
 	}
 	for _, u := range cfg.ListenPeerURLs {
-		l, lerr := listen(u)
+		l, lerr := listen(u, peerTLS)
 		if lerr != nil {
 			closeLis()
 			return nil, fmt.Errorf("--listen-peer-urls: %w", lerr)
@@ -185,7 +202,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		mem.serve(peerSrv, l)
 	}
 	for _, u := range cfg.ListenClientURLs {
-		l, lerr := listen(u)
+		l, lerr := listen(u, clientTLS)
 		if lerr != nil {
 			closeLis()
 			return nil, fmt.Errorf("--listen-client-urls: %w", lerr)
@@ -202,7 +219,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
 	}
 	for _, u := range cfg.ListenMetricsURLs {
-		l, lerr := listen(u)
+		l, lerr := listen(u, clientTLS)
 		if lerr != nil {
 			closeLis()
 			return nil, fmt.Errorf("--listen-metrics-urls: %w", lerr)
@@ -224,15 +241,51 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	return mem, nil
 }
 
-func listen(raw string) (net.Listener, error) {
+// listen binds an http:// or https:// URL; https is served with tlsCfg
+// (TLS terminates at the listener, so gRPC and HTTP behind cmux, and the
+// peer gRPC server, see plaintext connections).
+func listen(raw string, tlsCfg *tls.Config) (net.Listener, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	if u.Scheme != "http" {
-		return nil, errors.New("only http:// URLs are served so far: " + raw)
+	switch u.Scheme {
+	case "http":
+		return net.Listen("tcp", u.Host)
+	case "https":
+		if tlsCfg == nil {
+			return nil, errors.New("https URL without a certificate: " + raw)
+		}
+		l, err := net.Listen("tcp", u.Host)
+		if err != nil {
+			return nil, err
+		}
+		return tls.NewListener(l, tlsCfg), nil
 	}
-	return net.Listen("tcp", u.Host)
+	return nil, errors.New("URL scheme must be http or https: " + raw)
+}
+
+// tlsConfigs builds the client and peer listeners' TLS configurations and
+// the credentials peers dial each other with (nil when not configured).
+func tlsConfigs(cfg Config) (client, peer *tls.Config, peerCreds credentials.TransportCredentials, err error) {
+	if cfg.ClientTLS.CertFile != "" {
+		if client, err = cfg.ClientTLS.ServerConfig(); err != nil {
+			return nil, nil, nil, fmt.Errorf("--cert-file: %w", err)
+		}
+	}
+	if cfg.PeerTLS.CertFile != "" {
+		if peer, err = cfg.PeerTLS.ServerConfig(); err != nil {
+			return nil, nil, nil, fmt.Errorf("--peer-cert-file: %w", err)
+		}
+	}
+	if !cfg.PeerTLS.Empty() {
+		dial, err := cfg.PeerTLS.ClientConfig()
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--peer-cert-file: %w", err)
+		}
+		peerCreds = credentials.NewTLS(dial)
+	}
+	return client, peer, peerCreds, nil
 }
 
 func (m *Member) serve(s *grpc.Server, l net.Listener) {
@@ -247,6 +300,11 @@ func (m *Member) serve(s *grpc.Server, l net.Listener) {
 
 func (m *Member) serveHTTP(h http.Handler, l net.Listener) {
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// TLS ends at the listener, so an HTTPS client that negotiated h2 by
+	// ALPN arrives here as cleartext HTTP/2.
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
 	m.https = append(m.https, srv)
 	m.wg.Add(1)
 	go func() {
@@ -255,7 +313,7 @@ func (m *Member) serveHTTP(h http.Handler, l net.Listener) {
 	}()
 }
 
-func (m *Member) diskUsage() int64 { return int64(m.db.Metrics().DiskSpaceUsage()) }
+func (m *Member) diskUsage() int64 { return m.edge.DBSize() }
 
 // Node exposes the raft node (tests and tools).
 func (m *Member) Node() *raftnode.Node { return m.node }

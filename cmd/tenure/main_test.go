@@ -51,7 +51,7 @@ func TestParseServeConfig(t *testing.T) {
 			name: "every flag",
 			args: []string{
 				"--name", "a", "--data-dir", "/var/lib/a",
-				"--listen-client-urls", "http://0.0.0.0:2379, https://127.0.0.1:12379",
+				"--listen-client-urls", "http://0.0.0.0:2379, http://127.0.0.1:12379",
 				"--advertise-client-urls=http://10.0.0.1:2379",
 				"--listen-peer-urls=http://0.0.0.0:2380",
 				"--initial-advertise-peer-urls=http://10.0.0.1:2380",
@@ -68,7 +68,7 @@ func TestParseServeConfig(t *testing.T) {
 					c.HeartbeatInterval != 50*time.Millisecond || c.ElectionTimeout != 500*time.Millisecond ||
 					c.SnapshotCount != 5 || c.QuotaBackendBytes != 1024 || c.MaxRequestBytes != 2048 || c.MaxTxnOps != 7 ||
 					c.LogLevel != "debug" || c.LogFormat != "text" ||
-					!slices.Equal(c.ListenClientURLs, []string{"http://0.0.0.0:2379", "https://127.0.0.1:12379"}) ||
+					!slices.Equal(c.ListenClientURLs, []string{"http://0.0.0.0:2379", "http://127.0.0.1:12379"}) ||
 					!slices.Equal(c.AdvertiseClientURLs, []string{"http://10.0.0.1:2379"}) ||
 					!slices.Equal(c.ListenPeerURLs, []string{"http://0.0.0.0:2380"}) ||
 					!slices.Equal(c.InitialAdvertisePeerURLs, []string{"http://10.0.0.1:2380"}) ||

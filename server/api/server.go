@@ -60,8 +60,9 @@ type Server struct {
 	pb.UnimplementedLeaseServer
 	pb.UnimplementedClusterServer
 	pb.UnimplementedMaintenanceServer
-	cfg  Config
-	size sizer // cached store size (maintenance.go)
+	cfg   Config
+	size  sizer         // cached store size (maintenance.go)
+	props proposalStats // metrics.go
 }
 
 // New builds the services.
@@ -137,7 +138,9 @@ func (s *Server) do(ctx context.Context, r *pb.InternalRaftRequest) (apply.Resul
 	}
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
+	s.props.pending.Add(1)
 	res := s.cfg.Applier.Do(ctx, r)
+	s.props.done(res.Err)
 	return res, ToGRPC(res.Err)
 }
 

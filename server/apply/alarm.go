@@ -185,3 +185,7 @@ func (a *Applier) reloadAlarms() error {
 	}
 	return a.alarms.load(a.db)
 }
+
+// LeaseExpiries counts leases this member revoked because they expired
+// (applied KindLeaseExpire entries), for metrics.
+func (a *Applier) LeaseExpiries() uint64 { return a.leaseExpired.Load() }

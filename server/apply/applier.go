@@ -99,6 +99,7 @@ type Applier struct {
 
 	appliedIndex atomic.Uint64
 	alarms       alarmSet           // replicated alarms (alarm.go)
+	leaseExpired atomic.Uint64      // leases revoked by expiry (metrics)
 	onApplied    func(index uint64) // test hook
 }
 
@@ -240,6 +241,7 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 			}
 			n, _ := a.revokeLease(b, leaseID)
 			a.lg.Info("lease expired", "lease-id", fmt.Sprintf("%016x", leaseID), "deleted-keys", n)
+			a.leaseExpired.Add(1)
 		}
 	case KindLeaseCheckpoint:
 		if len(data) < 9 || (len(data)-9)%16 != 0 {
