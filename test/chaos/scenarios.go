@@ -330,8 +330,8 @@ func scenario17780(r *run) {
 		}
 		beforeRev := before.Header.Revision
 		if _, err := cli.Compact(ctx, rev); err != nil {
-			r.anomaly("17780: compact at %d: %v", rev, err)
-			return
+			// the member that served it may be the one crashing halfway
+			r.logf("17780: compact at %d: %v (outcome unknown)", rev, err)
 		}
 		ectx, ecancel := context.WithTimeout(ctx, 15*time.Second)
 		code, err := r.c.WaitExit(ectx, i)
