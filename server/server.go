@@ -25,6 +25,7 @@ import (
 	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/apply"
 	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/lock"
 	"github.com/tenure-io/tenure/server/mvcc"
 	"github.com/tenure-io/tenure/server/raftnode"
 	"github.com/tenure-io/tenure/server/storage"
@@ -108,12 +109,17 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	if err := apply.AttachLeases(kv, lessor); err != nil {
 		return nil, err
 	}
+	locks, err := lock.New(db, kv, lg)
+	if err != nil {
+		return nil, err
+	}
 	hub := watch.NewHub(kv, watch.HubConfig{
 		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
 		MaxResponseBytes:       cfg.MaxRequestBytes,
 	}, lg)
 	closers = append(closers, hub.Close)
-	ap := apply.New(apply.Config{KV: kv, Lessor: lessor, Hub: hub, DB: db, MaxRequestBytes: cfg.MaxRequestBytes, Logger: lg})
+	ap := apply.New(apply.Config{KV: kv, Lessor: lessor, Hub: hub, DB: db, MaxRequestBytes: cfg.MaxRequestBytes, Logger: lg, Locks: locks})
+	delays := lock.NewDelayScheduler(locks, func(ctx context.Context, op *lock.Op) error { return ap.DoLock(ctx, op).Err })
 
 	initial, err := ParseInitialCluster(cfg.InitialCluster)
 	if err != nil {
@@ -154,6 +160,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			} else {
 				lessor.Demote()
 			}
+			delays.SetLeader(ev.IsLeader)
 		},
 	})
 	if err != nil {
@@ -181,6 +188,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpc.ChainStreamInterceptor(mm.stream),
 	)
 	edge.Register(clientSrv)
+	edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays}).Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
 	peerSrv := grpc.NewServer(grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))
 	node.RegisterPeerService(peerSrv)

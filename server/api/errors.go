@@ -10,6 +10,7 @@ import (
 
 	"github.com/tenure-io/tenure/server/apply"
 	"github.com/tenure-io/tenure/server/lease"
+	"github.com/tenure-io/tenure/server/lock"
 	"github.com/tenure-io/tenure/server/mvcc"
 	"github.com/tenure-io/tenure/server/raftnode"
 )
@@ -40,6 +41,12 @@ var errMap = []struct {
 	{lease.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
 	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
 	{lease.ErrLeaseTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+	{lock.ErrLeaseRequired, status.Error(codes.InvalidArgument, lock.ErrLeaseRequired.Error())},
+	{lock.ErrInvalidName, status.Error(codes.InvalidArgument, lock.ErrInvalidName.Error())},
+	{lock.ErrDelayTooLong, status.Error(codes.InvalidArgument, lock.ErrDelayTooLong.Error())},
+	{lock.ErrTooManyWaiters, status.Error(codes.ResourceExhausted, lock.ErrTooManyWaiters.Error())},
+	{lock.ErrWaiterRemoved, status.Error(codes.Aborted, lock.ErrWaiterRemoved.Error())},
+	{lock.ErrUnknownLock, status.Error(codes.NotFound, lock.ErrUnknownLock.Error())},
 }
 
 // ToGRPC maps an internal error to the gRPC status etcd would return.

@@ -1,0 +1,299 @@
+package api
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tenure-io/tenure/api/tenurev1"
+	"github.com/tenure-io/tenure/server/lock"
+)
+
+// LockConfig wires the lock services.
+type LockConfig struct {
+	Machine    *lock.Machine
+	Delays     *lock.DelayScheduler // optional (Describe's lock-delay remaining)
+	MaxWaiters int                  // per lock; default lock.DefaultMaxWaiters
+}
+
+// Locks serves etcd's v3lock and v3election services and Tenure's tenure.v1
+// Locks service over the lock state machine: a waiting call is woken by the
+// apply that granted it, never by polling or a watch.
+type Locks struct {
+	s   *Server
+	m   *lock.Machine
+	cfg LockConfig
+}
+
+// NewLocks builds the lock services on s.
+func (s *Server) NewLocks(cfg LockConfig) *Locks {
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = lock.DefaultMaxWaiters
+	}
+	return &Locks{s: s, m: cfg.Machine, cfg: cfg}
+}
+
+// Register adds v3lock, v3election and tenure.v1 Locks to g.
+func (l *Locks) Register(g *grpc.Server) {
+	v3lockpb.RegisterLockServer(g, &lockService{l: l})
+	v3electionpb.RegisterElectionServer(g, &electionService{l: l})
+	tenurev1.RegisterLocksServer(g, &nativeService{l: l})
+}
+
+// Errors of the election service, worded as etcd words them.
+var (
+	errElectionNotLeader = status.Error(codes.FailedPrecondition, "election: not leader")
+	errElectionNoLeader  = status.Error(codes.NotFound, "election: no leader")
+	errMissingLeaderKey  = status.Error(codes.InvalidArgument, `"leader" field must be provided`)
+)
+
+// acquire enqueues lease's key under name and, unless the op is a try, waits
+// until the state machine grants it. A call that ends before the grant
+// leaves the queue (its key is deleted through raft).
+func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []byte, flags byte) (*lock.AcquireResult, error) {
+	if lease == 0 {
+		return nil, ToGRPC(lock.ErrLeaseRequired)
+	}
+	if err := lock.ValidName(name); err != nil {
+		return nil, ToGRPC(err)
+	}
+	if err := l.s.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	key := lock.KeyFor(name, lease)
+	w := l.m.WaitKey(key) // before proposing: the grant may come with the acquire
+	defer w.Close()
+	pctx, cancel := l.s.timeout(ctx)
+	res := l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpAcquire, Name: name, Lease: lease, Value: value, Flags: flags, MaxWaiters: uint32(l.cfg.MaxWaiters)})
+	cancel()
+	if res.Err != nil {
+		return nil, ToGRPC(res.Err)
+	}
+	ar := res.Lock.(*lock.AcquireResult)
+	if ar.Granted || flags&lock.FlagTry != 0 {
+		return ar, nil
+	}
+	for {
+		select {
+		case n := <-w.C():
+			if n.Token != ar.Token {
+				continue // an earlier incarnation of the same key
+			}
+			switch n.Kind {
+			case lock.NoteGranted:
+				ar.Granted, ar.Rev = true, n.Rev
+				ar.Owner = lock.Owner{Key: n.Key, Token: n.Token, Lease: n.Lease}
+				return ar, nil
+			case lock.NoteRemoved:
+				return nil, ToGRPC(lock.ErrWaiterRemoved)
+			}
+		case <-ctx.Done():
+			l.abandon(ar.Key, ar.Token)
+			return nil, ToGRPC(ctx.Err())
+		}
+	}
+}
+
+// abandon deletes a waiter's key if it is still the incarnation at token.
+func (l *Locks) abandon(key string, token int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), l.s.cfg.RequestTimeout)
+	defer cancel()
+	_, _ = l.deleteAt(ctx, key, token)
+}
+
+// deleteAt deletes key if its create revision is token; it reports whether
+// it did and the revision.
+func (l *Locks) deleteAt(ctx context.Context, key string, token int64) (*pb.TxnResponse, error) {
+	txn := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: token}}},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}},
+	}
+	res, err := l.s.do(ctx, &pb.InternalRaftRequest{Txn: txn})
+	if err != nil {
+		return nil, err
+	}
+	return res.Resp.(*pb.TxnResponse), nil
+}
+
+// firstKey reads the oldest key under name/ (the owner as clientv3 sees it).
+func (l *Locks) firstKey(name []byte) (*mvccpb.KeyValue, int64, error) {
+	prefix := append(append([]byte(nil), name...), '/')
+	end := append([]byte(nil), prefix...)
+	end[len(end)-1]++
+	resp, err := l.s.cfg.KV.Range(&pb.RangeRequest{Key: prefix, RangeEnd: end, Limit: 1,
+		SortOrder: pb.RangeRequest_ASCEND, SortTarget: pb.RangeRequest_CREATE})
+	if err != nil {
+		return nil, 0, ToGRPC(err)
+	}
+	rev := int64(0)
+	if resp.Header != nil {
+		rev = resp.Header.Revision
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, rev, nil
+	}
+	return resp.Kvs[0], rev, nil
+}
+
+func (l *Locks) header(rev int64) *pb.ResponseHeader {
+	if rev == 0 {
+		rev = l.s.cfg.KV.Rev()
+	}
+	return l.s.Header(rev)
+}
+
+// ---- etcd v3lock ----
+
+type lockService struct {
+	v3lockpb.UnimplementedLockServer
+	l *Locks
+}
+
+// Lock waits for the lock; lease is required (etcd grants an orphan 60 s
+// lease for lease 0; Tenure refuses).
+func (ls *lockService) Lock(ctx context.Context, r *v3lockpb.LockRequest) (*v3lockpb.LockResponse, error) {
+	ar, err := ls.l.acquire(ctx, r.Name, r.Lease, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &v3lockpb.LockResponse{Header: ls.l.header(ar.Rev), Key: []byte(ar.Key)}, nil
+}
+
+// Unlock deletes the lock key; the next waiter is granted by the same apply.
+func (ls *lockService) Unlock(ctx context.Context, r *v3lockpb.UnlockRequest) (*v3lockpb.UnlockResponse, error) {
+	if len(r.Key) == 0 {
+		return nil, rpcEmptyKey()
+	}
+	res, err := ls.l.s.do(ctx, &pb.InternalRaftRequest{DeleteRange: &pb.DeleteRangeRequest{Key: r.Key}})
+	if err != nil {
+		return nil, err
+	}
+	return &v3lockpb.UnlockResponse{Header: ls.l.header(res.Resp.(*pb.DeleteRangeResponse).Header.GetRevision())}, nil
+}
+
+func rpcEmptyKey() error {
+	return status.Error(codes.InvalidArgument, "etcdserver: key is not provided")
+}
+
+// ---- etcd v3election ----
+
+type electionService struct {
+	v3electionpb.UnimplementedElectionServer
+	l *Locks
+}
+
+// Campaign waits for leadership. A campaigner whose lease ends while it
+// waits gets an error, never leadership (etcd issue 19597).
+func (es *electionService) Campaign(ctx context.Context, r *v3electionpb.CampaignRequest) (*v3electionpb.CampaignResponse, error) {
+	ar, err := es.l.acquire(ctx, r.Name, r.Lease, r.Value, lock.FlagElection)
+	if err != nil {
+		return nil, err
+	}
+	return &v3electionpb.CampaignResponse{Header: es.l.header(ar.Rev), Leader: &v3electionpb.LeaderKey{
+		Name: r.Name, Key: []byte(ar.Key), Rev: ar.Token, Lease: r.Lease}}, nil
+}
+
+// Proclaim updates the leader's value if the leader key is still the one
+// created at leader.rev.
+func (es *electionService) Proclaim(ctx context.Context, r *v3electionpb.ProclaimRequest) (*v3electionpb.ProclaimResponse, error) {
+	if r.Leader == nil {
+		return nil, errMissingLeaderKey
+	}
+	txn := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: r.Leader.Key, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: r.Leader.Rev}}},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: r.Leader.Key, Value: r.Value, Lease: r.Leader.Lease}}}},
+	}
+	res, err := es.l.s.do(ctx, &pb.InternalRaftRequest{Txn: txn})
+	if err != nil {
+		return nil, err
+	}
+	tr := res.Resp.(*pb.TxnResponse)
+	if !tr.Succeeded {
+		return nil, errElectionNotLeader
+	}
+	return &v3electionpb.ProclaimResponse{Header: es.l.header(tr.Header.GetRevision())}, nil
+}
+
+// Resign gives up leadership (no error if it was already gone, as etcd).
+func (es *electionService) Resign(ctx context.Context, r *v3electionpb.ResignRequest) (*v3electionpb.ResignResponse, error) {
+	if r.Leader == nil {
+		return nil, errMissingLeaderKey
+	}
+	tr, err := es.l.deleteAt(ctx, string(r.Leader.Key), r.Leader.Rev)
+	if err != nil {
+		return nil, err
+	}
+	return &v3electionpb.ResignResponse{Header: es.l.header(tr.Header.GetRevision())}, nil
+}
+
+// Leader reads the current leader (linearizable).
+func (es *electionService) Leader(ctx context.Context, r *v3electionpb.LeaderRequest) (*v3electionpb.LeaderResponse, error) {
+	if err := lock.ValidName(r.Name); err != nil {
+		return nil, ToGRPC(err)
+	}
+	if err := es.l.s.linearize(ctx); err != nil {
+		return nil, err
+	}
+	kv, rev, err := es.l.firstKey(r.Name)
+	if err != nil {
+		return nil, err
+	}
+	if kv == nil {
+		return nil, errElectionNoLeader
+	}
+	return &v3electionpb.LeaderResponse{Header: es.l.header(rev), Kv: kv}, nil
+}
+
+// Observe streams the leader: the current one, then every new leader and
+// every Proclaim, pushed by the apply that made the change.
+func (es *electionService) Observe(r *v3electionpb.LeaderRequest, stream v3electionpb.Election_ObserveServer) error {
+	if err := lock.ValidName(r.Name); err != nil {
+		return ToGRPC(err)
+	}
+	ctx := stream.Context()
+	name := string(r.Name)
+	sub := es.l.m.Subscribe(name)
+	defer sub.Close()
+	pctx, cancel := es.l.s.timeout(ctx)
+	res := es.l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpRegister, Name: r.Name})
+	cancel()
+	if res.Err != nil {
+		return ToGRPC(res.Err)
+	}
+	var lastKey []byte
+	var lastMod int64
+	send := func() error {
+		kv, rev, err := es.l.firstKey(r.Name)
+		if err != nil || kv == nil {
+			return err
+		}
+		if string(kv.Key) == string(lastKey) && kv.ModRevision == lastMod {
+			return nil
+		}
+		lastKey, lastMod = kv.Key, kv.ModRevision
+		return stream.Send(&v3electionpb.LeaderResponse{Header: es.l.header(rev), Kv: kv})
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-sub.Overflowed():
+			return status.Error(codes.Unavailable, "tenure: observer fell behind; observe again")
+		case n := <-sub.C():
+			if n.Kind == lock.NoteGranted || n.Kind == lock.NoteUpdated {
+				if err := send(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
