@@ -11,4 +11,13 @@
 //   - Internal errors are mapped to etcd's gRPC status codes and messages
 //     here and only here (ToGRPC), so clientv3's rpctypes recognises them.
 //   - Nothing here blocks the apply loop.
+//
+// Maintenance (maintenance.go): writes that can grow the store (Put, a Txn
+// with a put, LeaseGrant) pass a quota gate — while NOSPACE is raised, or
+// when the store is over QuotaBytes (which raises NOSPACE through raft), they
+// fail with etcd's "database space exceeded". HashKV(rev) is equal on every
+// member that applied the same log. Snapshot streams one Pebble snapshot of
+// the state-machine range in the file format of snapshotfile.go (records,
+// padding, trailing sha256); ReadSnapshot verifies it (ErrSnapshotFormat,
+// ErrSnapshotChecksum).
 package api

@@ -21,6 +21,12 @@
 // clock or a random source, or iterates a map, so every member computes the
 // same state from the same log.
 //
-// Errors: ErrRequestTooLarge, ErrTimeout, ErrStopped; mvcc and lease errors
+// Alarms (alarm.go): an AlarmRequest in a KindEtcd entry raises or clears an
+// alarm; the set is state-machine data (PrefixMeta 'A' keys), so it is the
+// same on every member, survives restarts and travels in snapshots. While
+// NOSPACE is raised, Put, a Txn with a put and LeaseGrant apply as
+// ErrNoSpace on every member (etcd's applierV3Capped).
+//
+// Errors: ErrRequestTooLarge, ErrTimeout, ErrStopped, ErrNoSpace; mvcc and lease errors
 // pass through unchanged for the API edge to map.
 package apply

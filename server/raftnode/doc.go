@@ -40,6 +40,11 @@
 //     id (and the id plus 'r' marks a removed member); conf changes carry
 //     the Member JSON in their context.
 //
+// Observability: Config.Observer receives disk sync, apply and snapshot-send
+// timings (hot paths: callbacks must be cheap); syncs and applies over 100 ms
+// are logged ("slow fdatasync", "apply request took too long"). TLS for the
+// peer transport comes in through Config.PeerCreds.
+//
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
 // ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,
 // ErrNotLearner, ErrTooManyLearners, ErrNotLeader (PromoteMember off-leader).

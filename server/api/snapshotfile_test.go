@@ -1,0 +1,104 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tenure-io/tenure/server/storage"
+)
+
+func testSnapshotDB(t *testing.T) *pebble.DB {
+	t.Helper()
+	db, err := storage.Open(t.TempDir(), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	b := db.NewBatch()
+	_ = b.Set([]byte{storage.PrefixRaftLog, 1}, []byte("raft log: never shipped"), nil)
+	_ = b.Set(storage.KeyCurrentRev, storage.U64(42), nil)
+	_ = b.Set(storage.KeyCompactRev, storage.U64(7), nil)
+	for i := 0; i < 300; i++ {
+		_ = b.Set([]byte(fmt.Sprintf("%c%05d", storage.PrefixKV, i)), bytes.Repeat([]byte{byte(i)}, i), nil)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func TestSnapshotFileRoundTrip(t *testing.T) {
+	db := testSnapshotDB(t)
+	snap := db.NewSnapshot()
+	defer snap.Close()
+	want, err := SnapshotSize(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	n, err := WriteSnapshot(&buf, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != want || int64(buf.Len()) != want {
+		t.Fatalf("wrote %d (buffer %d), SnapshotSize said %d", n, buf.Len(), want)
+	}
+	if buf.Len()%512 != sha256.Size {
+		t.Fatalf("size %d is not 512n+32", buf.Len())
+	}
+	var keys int
+	info, err := ReadSnapshot(bytes.NewReader(buf.Bytes()), func(k, v []byte) error {
+		if k[0] < storage.StateMachineStart {
+			t.Errorf("raft-layer key %x in the snapshot", k)
+		}
+		keys++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Revision != 42 || info.Compact != 7 || info.Keys != 300 || info.Records != 302 || keys != 302 || info.Size != want {
+		t.Fatalf("info %+v, %d records seen", info, keys)
+	}
+}
+
+func TestSnapshotFileErrors(t *testing.T) {
+	db := testSnapshotDB(t)
+	snap := db.NewSnapshot()
+	defer snap.Close()
+	var buf bytes.Buffer
+	if _, err := WriteSnapshot(&buf, snap); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	flip := func(i int) []byte {
+		b := bytes.Clone(good)
+		b[i] ^= 0x01
+		return b
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"empty", nil, ErrSnapshotFormat},
+		{"not a snapshot", []byte("SQLite format 3\x00 and more bytes"), ErrSnapshotFormat},
+		{"bad version", flip(len(snapshotMagic) + 3), ErrSnapshotFormat},
+		{"flipped value byte", flip(len(good) / 2), ErrSnapshotChecksum},
+		{"flipped checksum", flip(len(good) - 1), ErrSnapshotChecksum},
+		{"truncated", good[:len(good)-100], ErrSnapshotChecksum},
+		{"trailing data", append(bytes.Clone(good), 0), ErrSnapshotFormat},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ReadSnapshot(bytes.NewReader(tc.data), nil)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
