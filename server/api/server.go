@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -274,38 +276,124 @@ func (s *Server) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb
 }
 
 // LeaseKeepAlive renews leases through raft; a lease that does not exist
-// answers TTL 0 (as etcd does). When no leader can be reached the stream
-// ends with an error instead of going silent.
+// answers TTL 0 (as etcd does). Renewals on one stream are processed
+// concurrently (up to keepAliveInFlight) and answered as they complete.
+// When no leader can be reached within the request timeout the stream ends
+// with an error ("no leader" or "request timed out") instead of going silent.
 func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
-	ctx := stream.Context()
-	for {
-		req, err := stream.Recv()
-		if err == io.EOF {
-			return nil
+	ctx, cancel := context.WithCancel(stream.Context())
+	var (
+		sendMu  sync.Mutex
+		errOnce sync.Once
+		failed  = make(chan error, 1)
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, keepAliveInFlight)
+	)
+	fail := func(err error) {
+		errOnce.Do(func() { failed <- err; cancel() })
+	}
+	defer func() { cancel(); wg.Wait() }()
+	reqs := make(chan *pb.LeaseKeepAliveRequest)
+	go func() {
+		defer close(reqs)
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				if err != io.EOF {
+					fail(err)
+				}
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
 		}
-		if err != nil {
+	}()
+	for {
+		var req *pb.LeaseKeepAliveRequest
+		select {
+		case err := <-failed:
 			return err
+		case r, ok := <-reqs:
+			if !ok {
+				wg.Wait()
+				select {
+				case err := <-failed:
+					return err
+				default:
+					return nil
+				}
+			}
+			req = r
 		}
 		if err := s.requireLeader(ctx); err != nil {
 			return err
 		}
-		rctx, cancel := s.timeout(ctx)
-		ttl, err := s.cfg.Applier.Renew(rctx, req.ID)
-		cancel()
-		switch {
-		case err == nil:
-		case errorsIsLeaseNotFound(err):
-			ttl = 0
-		default:
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return ToGRPC(err)
-		}
-		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
-		s.fill(&resp.Header)
-		if err := stream.Send(resp); err != nil {
+		select {
+		case slots <- struct{}{}:
+		case err := <-failed:
 			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			ttl, err := s.renew(ctx, req.ID)
+			switch {
+			case err == nil:
+			case errorsIsLeaseNotFound(err):
+				ttl = 0
+			default:
+				if stream.Context().Err() != nil {
+					fail(stream.Context().Err())
+					return
+				}
+				fail(ToGRPC(err))
+				return
+			}
+			resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
+			s.fill(&resp.Header)
+			sendMu.Lock()
+			err = stream.Send(resp)
+			sendMu.Unlock()
+			if err != nil {
+				fail(err)
+			}
+		}()
+	}
+}
+
+// keepAliveInFlight bounds concurrent renewals on one keepalive stream.
+const keepAliveInFlight = 256
+
+// renew proposes a keepalive, re-proposing it when an attempt is lost (a
+// renewal forwarded to a leader that died, a dropped proposal): renewals are
+// idempotent, and a lost one must not stall the stream until the request
+// timeout while the lease runs out. It fails with the last error once the
+// request timeout passes (ErrNoLeader when no leader was found).
+func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
+	ctx, cancel := s.timeout(ctx)
+	defer cancel()
+	attempt := s.cfg.RequestTimeout / 5
+	if attempt < 500*time.Millisecond {
+		attempt = 500 * time.Millisecond
+	}
+	for {
+		actx, acancel := context.WithTimeout(ctx, attempt)
+		ttl, err := s.cfg.Applier.Renew(actx, id)
+		acancel()
+		if err == nil || errorsIsLeaseNotFound(err) || ctx.Err() != nil {
+			return ttl, err
+		}
+		if !errors.Is(err, apply.ErrTimeout) && !errors.Is(err, raftnode.ErrTimeout) &&
+			!errors.Is(err, raftnode.ErrProposalDropped) && !errors.Is(err, raftnode.ErrNoLeader) {
+			return ttl, err
+		}
+		select {
+		case <-ctx.Done():
+			return ttl, err
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }

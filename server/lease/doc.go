@@ -10,15 +10,29 @@
 //
 // The promise: a lease is never revoked before TTL has passed since its last
 // acknowledged renewal, and is revoked no later than TTL + checkpoint interval
-// + the time the cluster had no leader (+ scheduling slack). A new leader
-// resets every deadline to now + the last replicated remaining TTL, which is
-// never earlier than what the old leader promised (the remaining was recorded
-// no later than now) and late by at most one checkpoint interval plus the
-// leaderless gap (etcd issue 9395: etcd resets to the full TTL instead).
+// + the time the cluster had no leader (+ scheduling slack). Every member
+// tracks each deadline on its own clock from the moment it applied the last
+// grant, renewal or checkpoint (apply time + replicated remaining), which is
+// never earlier than the leader's deadline (the remaining was measured before
+// it was applied). A new leader keeps those deadlines, so a lease ends at its
+// promised time plus apply lag, whatever the number of leader changes; only a
+// member that restarted counts from its restart (now + last checkpointed
+// remaining: late by at most one checkpoint interval plus the downtime).
+// etcd instead resets leases on promotion (to the full TTL before
+// checkpointing, issue 9395).
 //
-// An expiry entry carries the applied index at which the leader decided; a
-// renewal applied after that index wins over the expiry, so a keepalive that
-// races an expiry is never acknowledged for a lease that is then revoked.
+// Checkpoints: every LeaseCheckpointInterval/2 the leader proposes, in one
+// entry, the remaining TTL of every lease whose replicated remaining is stale
+// by more than half the interval. A checkpoint carries the decision index
+// (below) and is ignored by a lease renewed after it.
+//
+// An expiry entry carries the decision index (the highest grant/renewal index
+// the leader had applied when it decided); a renewal applied after that index
+// wins over the expiry, so a keepalive that races an expiry is never
+// acknowledged for a lease that is then revoked. A renewal proposed on a
+// follower is forwarded to the leader by raft and ordered in the log like any
+// other entry. Expired marks the leases it returns as in flight, so the rate
+// limit is not spent twice on one lease while its expiry commits.
 //
 // Errors: ErrLeaseNotFound, ErrLeaseExists, ErrLeaseTTLTooLarge.
 package lease

@@ -170,8 +170,13 @@ func (l *Lessor) Checkpoint(b *pebble.Batch, decidedAt uint64, id, remainingMs i
 		remainingMs = 0
 	}
 	it.remainingMs = remainingMs
-	if !l.isLeader {
-		it.deadline = l.now().Add(time.Duration(remainingMs) * time.Millisecond)
+	d := l.now().Add(time.Duration(remainingMs) * time.Millisecond)
+	// A follower adopts the leader's view (counted from its own apply, so
+	// never earlier than the leader's deadline). A leader applying an older
+	// leader's checkpoint keeps the earlier of the two: both are at or
+	// after every promise made.
+	if !l.isLeader || d.Before(it.deadline) {
+		it.deadline = d
 	}
 	l.persist(b, id, it)
 }
@@ -230,14 +235,19 @@ func (l *Lessor) Detach(id int64, key []byte) {
 	l.mu.Unlock()
 }
 
-// Promote is called when this member becomes leader: every deadline becomes
-// now + the last replicated remaining TTL (never earlier than promised).
+// Promote is called when this member becomes leader. Deadlines are kept as
+// this member's clock has tracked them: each was set when this member
+// applied the last grant, renewal or checkpoint, to (apply time + the
+// remaining TTL the leader recorded), which is never earlier than the old
+// leader's deadline (the remaining was measured before it was applied here)
+// and not extended by the staleness of the checkpoint, so staleness does not
+// pile up over successive leader changes. (etcd resets to the full TTL, or
+// to now + remaining, on promotion: issue 9395.) A member that restarted
+// counts from its restart (see load): later, never earlier.
 func (l *Lessor) Promote() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
 	for _, it := range l.leases {
-		it.deadline = now.Add(time.Duration(it.remainingMs) * time.Millisecond)
 		it.expiryProposed = time.Time{}
 	}
 	l.isLeader = true

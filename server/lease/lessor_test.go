@@ -129,9 +129,9 @@ func TestLeaderExpiryAndCheckpoint(t *testing.T) {
 	}
 }
 
-// A new leader must not shorten a lease (never earlier than promised) and
-// must not reset it to the full TTL (etcd issue 9395): it uses the last
-// replicated remaining TTL, counted from its own promotion.
+// A restarted member must not shorten a lease (never earlier than promised)
+// and must not reset it to the full TTL (etcd issue 9395): it uses the last
+// replicated remaining TTL, counted from its restart.
 func TestNewLeaderUsesCheckpointedRemaining(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "m")
 	db, l, _ := open(t, dir)
@@ -143,6 +143,9 @@ func TestNewLeaderUsesCheckpointedRemaining(t *testing.T) {
 
 	db2, l2, c2 := open(t, dir)
 	defer db2.Close()
+	if err := l2.Reload(db2); err != nil { // count from the restart on the test clock
+		t.Fatal(err)
+	}
 	l2.Promote()
 	c2.advance(11900 * time.Millisecond)
 	if e := l2.Expired(10, time.Second); len(e.IDs) != 0 {
@@ -211,5 +214,26 @@ func TestCheckpointRacingRenewalIsIgnored(t *testing.T) {
 	c.advance(10 * time.Second)
 	if e := l.Expired(10, time.Minute); len(e.IDs) != 1 || e.DecidedAt != 3 {
 		t.Fatalf("renewed lease not reconsidered: %+v", e)
+	}
+}
+
+// A follower tracks deadlines from its own applies; when it becomes leader
+// it keeps them instead of restarting the clock from the last checkpoint,
+// so checkpoint staleness and leaderless time do not pile up over changes.
+func TestPromoteKeepsFollowerDeadlines(t *testing.T) {
+	db, l, c := open(t, t.TempDir())
+	defer db.Close()
+	commit(t, db, func(b *pebble.Batch) { _ = l.Grant(b, 1, 1, 10) })
+	c.advance(4 * time.Second)
+	commit(t, db, func(b *pebble.Batch) { l.Checkpoint(b, 1, 1, 6_500) }) // leader's view, 0.5 s stale
+	c.advance(3 * time.Second)                                            // the old leader dies; an election
+	l.Promote()
+	c.advance(3400 * time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("expired before the follower's deadline: %v", e.IDs)
+	}
+	c.advance(200 * time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 1 {
+		t.Fatalf("new leader restarted the clock at promotion: %+v", e)
 	}
 }
