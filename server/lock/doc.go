@@ -1,0 +1,32 @@
+// Package lock is the lock and election state machine: one FIFO queue per
+// lock name, kept inside apply.
+//
+// Layout (etcd's, so clientv3's concurrency.Mutex/Election share the queue):
+// a waiter is the key <name>/<lease hex>; the owner is the live key under
+// <name>/ with the smallest create revision; the fencing token is that create
+// revision.
+//
+// Contract:
+//   - Observe is called by apply after every mvcc txn with its events; when an
+//     owner key goes, the same call grants the next key (one raft round per
+//     hand-off). Notes (granted, removed, lost, updated, delay started) are
+//     staged and delivered by Publish after the batch is committed: a Granted
+//     or Removed note reaches only the waiter registered for that key (exactly
+//     one wake-up per hand-off; Wakeups counts them).
+//   - A key deleted before it was granted (its lease expired or was revoked)
+//     is never granted: its waiter gets NoteRemoved (etcd issues 11456, 19597).
+//   - Deterministic: no clocks, no randomness, no map iteration in apply. Lock
+//     names in use are persisted under storage.PrefixLock with their lock-delay
+//     and running-delay epoch; queues are rebuilt from the mvcc store by
+//     New/Reload. A lock with no keys, no delay and no explicit registration is
+//     forgotten.
+//   - Lock-delay: when an owner's lease expires and the lock has a delay, apply
+//     records the raft index (epoch) and grants nobody; the leader's
+//     DelayScheduler waits the delay on its monotonic clock and proposes
+//     OpEndDelay for that epoch. A new leader restarts delays at full length.
+//   - Every limit that affects the outcome (MaxWaiters) travels in the entry.
+//
+// Errors: ErrLeaseRequired, ErrInvalidName, ErrTooManyWaiters,
+// ErrWaiterRemoved (returned by the API edge when a NoteRemoved ends a wait),
+// ErrDelayTooLong, ErrUnknownLock; mvcc.ErrLeaseNotFound for an unknown lease.
+package lock
