@@ -94,6 +94,13 @@ func (e *env) apply(fn func(tx *Txn) error) (int64, []*mvccpb.Event, error) {
 		e.t.Fatal(cerr)
 	}
 	e.s.Publish(rev)
+	// Events leave the write path without previous values (index.go); load
+	// them the way the watch hub does, so assertions see what watchers get.
+	for _, ev := range evs {
+		if ev.PrevKv != nil && ev.PrevKv.Value == nil {
+			ev.PrevKv = e.s.LoadPrevValue(ev.PrevKv)
+		}
+	}
 	return rev, evs, err
 }
 

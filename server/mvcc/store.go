@@ -48,8 +48,9 @@ type Store struct {
 	compactRev atomic.Int64 // published compacted revision (scheduled)
 
 	// writer-only state
-	staged        int64 // latest revision staged into a batch (>= rev)
-	stagedCompact int64 // latest compaction revision staged (>= compactRev)
+	index         map[string]keyMeta // live key → newest version (see index.go)
+	staged        int64              // latest revision staged into a batch (>= rev)
+	stagedCompact int64              // latest compaction revision staged (>= compactRev)
 
 	mu          sync.Mutex
 	compactDone int64
@@ -98,7 +99,7 @@ func (s *Store) load() error {
 	s.compactRev.Store(int64(comp))
 	s.stagedCompact = int64(comp)
 	s.setDone(int64(done), true)
-	return nil
+	return s.buildIndex()
 }
 
 // Rev returns the last published revision (1 for an empty store).
@@ -141,6 +142,9 @@ func (s *Store) Close() {
 func (s *Store) Abandon() {
 	s.staged = s.rev.Load()
 	s.stagedCompact = s.compactRev.Load()
+	if err := s.buildIndex(); err != nil {
+		panic(fmt.Sprintf("tenure: mvcc: rebuilding the key index: %v", err))
+	}
 }
 
 // Publish makes rev visible to readers. Call it after committing the batch
@@ -244,6 +248,9 @@ func decodeKV(v []byte) (*mvccpb.KeyValue, error) {
 	kv := &mvccpb.KeyValue{}
 	if err := proto.Unmarshal(v[1:], kv); err != nil {
 		return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", err)
+	}
+	if kv.Value == nil {
+		kv.Value = []byte{} // nil means "not loaded" (index.go)
 	}
 	return kv, nil
 }

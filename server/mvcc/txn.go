@@ -80,24 +80,11 @@ func (t *Txn) scan(lo, hi []byte, rev int64, fn func(v []byte) (bool, error)) er
 // latest returns the newest live version of key as seen through the batch,
 // or nil.
 func (t *Txn) latest(key []byte) (*mvccpb.KeyValue, error) {
-	lo := appendKeyPrefix(nil, key)
-	hi := slices.Clone(lo)
-	hi[len(hi)-1]++
-	it, err := t.iter(lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	if !it.SeekGE(lo) {
-		return nil, it.Error()
-	}
-	v, err := it.ValueAndErr()
-	if err != nil {
-		return nil, err
-	}
-	if len(v) == 0 || v[0] != flagPut {
+	m, ok := t.s.index[string(key)]
+	if !ok {
 		return nil, nil
 	}
-	return decodeKV(v)
+	return metaKV(key, m), nil
 }
 
 // collect returns the live keys in [key, end) at the txn's view.
@@ -107,7 +94,7 @@ func (t *Txn) collect(key, end []byte) ([]*mvccpb.KeyValue, error) {
 		if kv == nil || err != nil {
 			return nil, err
 		}
-		return []*mvccpb.KeyValue{kv}, nil
+		return []*mvccpb.KeyValue{kv}, nil // value loaded only if asked (DeleteRange prev_kv)
 	}
 	lo, hi, ok := kvBounds(key, end)
 	if !ok {
@@ -182,6 +169,11 @@ func (t *Txn) Put(req *pb.PutRequest) (*pb.PutResponse, error) {
 func (t *Txn) put(req *pb.PutRequest, prev *mvccpb.KeyValue) (*pb.PutResponse, error) {
 	rev := t.base + 1
 	val, lease := req.Value, req.Lease
+	if req.IgnoreValue || req.PrevKv {
+		if err := t.loadValue(prev); err != nil {
+			return nil, err
+		}
+	}
 	if req.IgnoreValue {
 		val = prev.Value
 	}
@@ -235,6 +227,11 @@ func (t *Txn) write(kv *mvccpb.KeyValue, typ mvccpb.Event_EventType) error {
 	if err := t.b.Set(k, v, nil); err != nil {
 		return err
 	}
+	if typ == mvccpb.Event_PUT {
+		t.s.indexPut(kv)
+	} else {
+		delete(t.s.index, string(kv.Key))
+	}
 	lv := make([]byte, 0, 1+len(kv.Key))
 	lv = append(append(lv, byte(typ)), kv.Key...)
 	if err := t.b.Set(revLogKey(rev, sub), lv, nil); err != nil {
@@ -266,6 +263,11 @@ func (t *Txn) DeleteRange(req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, 
 	}
 	resp := &pb.DeleteRangeResponse{Deleted: int64(len(kvs))}
 	for _, kv := range kvs {
+		if req.PrevKv {
+			if err := t.loadValue(kv); err != nil {
+				return nil, err
+			}
+		}
 		if err := t.deleteKV(kv); err != nil {
 			return nil, err
 		}

@@ -174,6 +174,11 @@ func (t *Txn) compare(c *pb.Compare) (bool, error) {
 		return compareKV(c, &mvccpb.KeyValue{}), nil
 	}
 	for _, kv := range kvs {
+		if c.Target == pb.Compare_VALUE {
+			if err := t.loadValue(kv); err != nil {
+				return false, err
+			}
+		}
 		if !compareKV(c, kv) {
 			return false, nil
 		}

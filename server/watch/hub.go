@@ -14,6 +14,13 @@ import (
 
 // Source is the event history the hub reads when a watcher is behind. The
 // MVCC store satisfies it.
+// PrevValueLoader is implemented by a Source whose Notify events may carry a
+// PrevKv without its value (Value == nil means "not loaded"); the hub loads
+// it only for watchers that asked for prev_kv.
+type PrevValueLoader interface {
+	LoadPrevValue(kv *mvccpb.KeyValue) *mvccpb.KeyValue
+}
+
 type Source interface {
 	// Rev returns the last published revision.
 	Rev() int64
@@ -184,6 +191,9 @@ type Hub struct {
 	src Source
 	cfg HubConfig
 	lg  *slog.Logger
+	// prevLoader is src when it can read a previous value that Notify's
+	// events carry without one (mvcc.Store does).
+	prevLoader PrevValueLoader
 
 	mu       sync.Mutex
 	rev      int64
@@ -206,15 +216,17 @@ func NewHub(src Source, cfg HubConfig, lg *slog.Logger) *Hub {
 	if lg == nil {
 		lg = slog.Default()
 	}
+	pl, _ := src.(PrevValueLoader)
 	h := &Hub{
-		src:     src,
-		cfg:     cfg.withDefaults(),
-		lg:      lg,
-		rev:     src.Rev(),
-		keyW:    make(map[string]*wset),
-		streams: make(map[*stream]struct{}),
-		kickc:   make(chan struct{}, 1),
-		donec:   make(chan struct{}),
+		prevLoader: pl,
+		src:        src,
+		cfg:        cfg.withDefaults(),
+		lg:         lg,
+		rev:        src.Rev(),
+		keyW:       make(map[string]*wset),
+		streams:    make(map[*stream]struct{}),
+		kickc:      make(chan struct{}, 1),
+		donec:      make(chan struct{}),
 	}
 	h.wg.Add(1)
 	go func() {
@@ -284,7 +296,7 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 	if len(events) == 0 || h.nWatch == 0 {
 		return
 	}
-	var stripped []*mvccpb.Event
+	var stripped, filled []*mvccpb.Event
 	touched := h.touched[:0]
 	add := func(w *watcher, i int) {
 		ev := events[i]
@@ -299,6 +311,16 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 				stripped[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 			}
 			ev = stripped[i]
+		} else if w.prevKV && ev.PrevKv != nil && ev.PrevKv.Value == nil && h.prevLoader != nil {
+			// The store leaves the previous value unread on the write path
+			// (a nil Value means "not loaded"); only prev_kv watchers pay for it.
+			if filled == nil {
+				filled = make([]*mvccpb.Event, len(events))
+			}
+			if filled[i] == nil {
+				filled[i] = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv, PrevKv: h.prevLoader.LoadPrevValue(ev.PrevKv)}
+			}
+			ev = filled[i]
 		}
 		if len(w.pend) == 0 {
 			touched = append(touched, w)
