@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net/url"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tenure-io/tenure/server/apply"
@@ -498,12 +500,51 @@ func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) 
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	ms, err := s.cfg.Node.PromoteMember(ctx, r.ID)
+	if errors.Is(err, raftnode.ErrNotLeader) {
+		// Only the leader knows how far a learner is behind: forward, as
+		// etcd does.
+		return s.forwardPromote(ctx, r)
+	}
 	if err != nil {
 		return nil, ToGRPC(err)
 	}
 	resp := &pb.MemberPromoteResponse{Members: toPBMembers(ms)}
 	s.fill(&resp.Header)
 	return resp, nil
+}
+
+// forwardedKey marks a request forwarded by another member (no second hop).
+const forwardedKey = "tenure-forwarded"
+
+// forwardPromote sends a MemberPromote to the leader's client URL. Without
+// a reachable plaintext leader URL it answers etcd's "not leader".
+func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		return nil, rpctypes.ErrGRPCNotLeader
+	}
+	lead := s.cfg.Node.Status().Leader
+	if lead == 0 {
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	for _, m := range s.cfg.Node.Members() {
+		if m.ID != lead {
+			continue
+		}
+		for _, raw := range m.ClientURLs {
+			u, err := url.Parse(raw)
+			if err != nil || u.Scheme != "http" {
+				continue
+			}
+			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				continue
+			}
+			resp, err := pb.NewClusterClient(conn).MemberPromote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
+			_ = conn.Close()
+			return resp, err
+		}
+	}
+	return nil, rpctypes.ErrGRPCNotLeader
 }
 
 // The Maintenance service is in maintenance.go.

@@ -186,10 +186,22 @@ func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (
 	return m, n.Members(), nil
 }
 
-// RemoveMember removes a member. Errors: ErrMemberNotFound, plus Propose's errors.
+// RemoveMember removes a member. Removing the leader first hands leadership
+// to another voter (the most caught-up one when known), so the cluster is
+// not left following a leader that is no longer in its configuration
+// (which would drop every proposal). Errors: ErrMemberNotFound, plus
+// Propose's and TransferLeadership's errors.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]Member, error) {
 	if _, ok := n.member(id); !ok {
 		return nil, ErrMemberNotFound
+	}
+	if lead, _ := n.leader(); lead == id {
+		if to := n.transferTarget(id); to != 0 {
+			n.log.Info("removing the leader: transferring leadership first", "leader", fmt.Sprintf("%x", id), "to", fmt.Sprintf("%x", to))
+			if err := n.TransferLeadership(ctx, to); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := n.proposeConfChange(ctx, &raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode.Enum(), NodeId: new(id)}); err != nil {
 		return nil, err
@@ -273,4 +285,24 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 			return ErrStopped
 		}
 	}
+}
+
+// transferTarget picks a voter other than except to take over leadership:
+// the one with the highest match index when this member leads, else any.
+func (n *Node) transferTarget(except uint64) uint64 {
+	st := n.rn.Status()
+	var best, bestMatch uint64
+	for _, m := range n.Members() {
+		if m.ID == except || m.IsLearner {
+			continue
+		}
+		match := uint64(0)
+		if pr, ok := st.Progress[m.ID]; ok {
+			match = pr.Match
+		}
+		if best == 0 || match > bestMatch {
+			best, bestMatch = m.ID, match
+		}
+	}
+	return best
 }
