@@ -195,15 +195,18 @@ type Hub struct {
 	// events carry without one (mvcc.Store does).
 	prevLoader PrevValueLoader
 
-	mu       sync.Mutex
-	rev      int64
-	keyW     map[string]*wset // synced single-key watchers
-	rangeW   wset             // synced range and from-key watchers
-	unsynced wset
-	streams  map[*stream]struct{}
-	nWatch   int
-	closed   bool
-	touched  []*watcher // Notify scratch
+	mu  sync.Mutex
+	rev int64
+	// deferredProgress: some stream's WatchProgressRequest waits for this
+	// member to reach a revision one of its watchers started beyond.
+	deferredProgress bool
+	keyW             map[string]*wset // synced single-key watchers
+	rangeW           wset             // synced range and from-key watchers
+	unsynced         wset
+	streams          map[*stream]struct{}
+	nWatch           int
+	closed           bool
+	touched          []*watcher // Notify scratch
 
 	kickc chan struct{}
 	donec chan struct{}
@@ -293,6 +296,9 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 		return
 	}
 	h.rev = rev
+	if h.deferredProgress {
+		h.retryDeferredProgress()
+	}
 	if len(events) == 0 || h.nWatch == 0 {
 		return
 	}
@@ -433,9 +439,32 @@ func (h *Hub) remove(w *watcher) {
 // maybeProgressAll answers a deferred WatchProgressRequest once every watcher
 // of the stream is synced; h.mu held.
 func (h *Hub) maybeProgressAll(st *stream) {
-	if st.progressPending && st.unsynced == 0 {
-		st.progressPending = false
-		st.out.push(item{resp: &pbWatchResponse{WatchId: -1}, rev: h.rev})
+	if !st.progressPending || st.unsynced != 0 {
+		return
+	}
+	for _, w := range st.watchers {
+		if h.ahead(w) {
+			h.deferredProgress = true // answered by Notify once this member catches up
+			return
+		}
+	}
+	st.progressPending = false
+	st.out.push(item{resp: &pbWatchResponse{WatchId: -1}, rev: h.rev})
+}
+
+// ahead reports whether w was created from a revision this member has not
+// reached yet (a client resuming here after another member delivered more):
+// a progress report at h.rev would go backwards for it; h.mu held.
+func (h *Hub) ahead(w *watcher) bool { return w.minRev > h.rev+1 }
+
+// retryDeferredProgress answers WatchProgressRequests deferred because a
+// watcher was ahead of this member; h.mu held.
+func (h *Hub) retryDeferredProgress() {
+	h.deferredProgress = false
+	for st := range h.streams {
+		if st.progressPending {
+			h.maybeProgressAll(st)
+		}
 	}
 }
 

@@ -455,7 +455,10 @@ func (h *Hub) progressTick(st *stream) {
 			w.sentSinceTick = false
 			continue
 		}
-		if w.state == stSynced {
+		// A watcher resumed on a member that is behind it (minRev beyond this
+		// member's revision) would hear of a revision below what it already
+		// received: progress must never go backwards, so it waits.
+		if w.state == stSynced && !h.ahead(w) {
 			st.out.push(item{resp: &pb.WatchResponse{WatchId: w.id}, rev: h.rev})
 		}
 	}
