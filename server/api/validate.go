@@ -86,62 +86,97 @@ func checkOp(op *pb.RequestOp, maxOps int) error {
 
 type interval struct{ start, end []byte } // end nil: single key
 
+// contains follows etcd: [start, end) compared literally, so a from-key
+// delete (end "\x00") never conflicts with a put — etcd accepts
+// "delete --from-key a; put a" and so must a drop-in replacement.
 func (iv interval) contains(key []byte) bool {
 	if iv.end == nil {
 		return bytes.Equal(iv.start, key)
 	}
-	if bytes.Compare(key, iv.start) < 0 {
-		return false
-	}
-	return len(iv.end) == 1 && iv.end[0] == 0 || bytes.Compare(key, iv.end) < 0
+	return bytes.Compare(key, iv.start) >= 0 && bytes.Compare(key, iv.end) < 0
 }
 
-// txnWrites returns the keys put and the ranges deleted by either branch of r,
-// failing with ErrGRPCDuplicateKey when one branch writes a key twice.
-func txnWrites(r *pb.TxnRequest) (map[string]struct{}, []interval, error) {
-	allPuts := map[string]struct{}{}
-	var allDels []interval
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		puts := map[string]struct{}{}
-		var dels []interval
-		for _, op := range ops {
-			switch o := op.Request.(type) {
-			case *pb.RequestOp_RequestPut:
-				k := string(o.RequestPut.Key)
-				if _, dup := puts[k]; dup {
-					return nil, nil, rpctypes.ErrGRPCDuplicateKey
-				}
-				puts[k] = struct{}{}
-			case *pb.RequestOp_RequestDeleteRange:
-				d := o.RequestDeleteRange
-				var end []byte
-				if len(d.RangeEnd) > 0 {
-					end = d.RangeEnd
-				}
-				dels = append(dels, interval{d.Key, end})
-			case *pb.RequestOp_RequestTxn:
-				np, nd, err := txnWrites(o.RequestTxn)
-				if err != nil {
-					return nil, nil, err
-				}
-				for k := range np {
-					if _, dup := puts[k]; dup {
-						return nil, nil, rpctypes.ErrGRPCDuplicateKey
-					}
-					puts[k] = struct{}{}
-				}
-				dels = append(dels, nd...)
-			}
+func inAny(dels []interval, key []byte) bool {
+	for _, d := range dels {
+		if d.contains(key) {
+			return true
 		}
-		for k := range puts {
-			for _, d := range dels {
-				if d.contains([]byte(k)) {
-					return nil, nil, rpctypes.ErrGRPCDuplicateKey
-				}
-			}
-			allPuts[k] = struct{}{}
-		}
-		allDels = append(allDels, dels...)
 	}
-	return allPuts, allDels, nil
+	return false
+}
+
+// txnWrites checks one branch (ops) with etcd's rule (v3rpc checkIntervals)
+// and returns the keys it puts and the ranges it deletes. This level's
+// deletes come first; each nested txn's then-puts and else-puts may not
+// repeat a put of an earlier nested txn nor fall in a delete collected so
+// far — a key put by both branches of one nested txn is fine, they are
+// exclusive — and its deletes join afterwards; this level's puts come last
+// and may repeat nothing and fall in no delete.
+func txnWrites(r *pb.TxnRequest) (map[string]struct{}, []interval, error) {
+	if _, _, err := branchWrites(r.Success); err != nil {
+		return nil, nil, err
+	}
+	if _, _, err := branchWrites(r.Failure); err != nil {
+		return nil, nil, err
+	}
+	return nil, nil, nil
+}
+
+func branchWrites(ops []*pb.RequestOp) (map[string]struct{}, []interval, error) {
+	var dels []interval
+	for _, op := range ops {
+		if d := op.GetRequestDeleteRange(); d != nil {
+			var end []byte
+			if len(d.RangeEnd) > 0 {
+				end = d.RangeEnd
+			}
+			dels = append(dels, interval{d.Key, end})
+		}
+	}
+	puts := map[string]struct{}{}
+	for _, op := range ops {
+		t := op.GetRequestTxn()
+		if t == nil {
+			continue
+		}
+		thenPuts, thenDels, err := branchWrites(t.Success)
+		if err != nil {
+			return nil, nil, err
+		}
+		elsePuts, elseDels, err := branchWrites(t.Failure)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k := range thenPuts {
+			if _, dup := puts[k]; dup || inAny(dels, []byte(k)) {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+			puts[k] = struct{}{}
+		}
+		for k := range elsePuts {
+			if _, dup := puts[k]; dup {
+				if _, sameNested := thenPuts[k]; !sameNested {
+					return nil, nil, rpctypes.ErrGRPCDuplicateKey
+				}
+			}
+			if inAny(dels, []byte(k)) {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+			puts[k] = struct{}{}
+		}
+		dels = append(dels, thenDels...)
+		dels = append(dels, elseDels...)
+	}
+	for _, op := range ops {
+		p := op.GetRequestPut()
+		if p == nil {
+			continue
+		}
+		k := string(p.Key)
+		if _, dup := puts[k]; dup || inAny(dels, p.Key) {
+			return nil, nil, rpctypes.ErrGRPCDuplicateKey
+		}
+		puts[k] = struct{}{}
+	}
+	return puts, dels, nil
 }

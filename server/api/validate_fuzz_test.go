@@ -151,14 +151,6 @@ func FuzzCheckTxnDuplicateKeys(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		tb := &txnBuilder{b: data}
 		r := &pb.TxnRequest{Success: tb.ops(0), Failure: tb.ops(0)}
-		if hasFromKeyDelete(r.Success) || hasFromKeyDelete(r.Failure) {
-			// Known divergence, kept out of the comparison: etcd's check
-			// compares a from-key delete's "\x00" end literally (so it
-			// never conflicts with a put) while Tenure treats it as
-			// unbounded and rejects "delete --from-key a; put a".
-			checkTxn(r, 128) // must still not panic
-			return
-		}
 		err := checkTxn(r, 128)
 		if err != nil && !errors.Is(err, rpctypes.ErrGRPCDuplicateKey) {
 			t.Fatalf("well-formed txn rejected with %v", err)

@@ -43,7 +43,10 @@ func TestCheckTxn(t *testing.T) {
 		{"put twice", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), put("a")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put inside deleted range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("b")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put and delete same key", &pb.TxnRequest{Failure: []*pb.RequestOp{put("a"), del("a", "")}}, rpctypes.ErrGRPCDuplicateKey},
-		{"put inside from-key delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "\x00"), put("zzz")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"from-key delete is compared literally, as etcd does", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "\x00"), put("zzz")}}, nil},
+		{"nested branches are exclusive", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{
+			Success: []*pb.RequestOp{put("a"), del("d", "")}, Failure: []*pb.RequestOp{put("d"), put("a")}}}}}}, nil},
+		{"nested put inside outer delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), nested(put("b"))}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put outside deleted range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("c")}}, nil},
 		{"overlapping deletes are allowed", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), del("b", "d")}}, nil},
 		{"nested put duplicates outer put", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), nested(put("a"))}}, rpctypes.ErrGRPCDuplicateKey},
