@@ -238,14 +238,3 @@ func assertKeys(t *testing.T, r *pb.TxnRequest) {
 	}
 }
 
-func hasFromKeyDelete(ops []*pb.RequestOp) bool {
-	for _, op := range ops {
-		if d := op.GetRequestDeleteRange(); d != nil && len(d.RangeEnd) == 1 && d.RangeEnd[0] == 0 {
-			return true
-		}
-		if t := op.GetRequestTxn(); t != nil && (hasFromKeyDelete(t.Success) || hasFromKeyDelete(t.Failure)) {
-			return true
-		}
-	}
-	return false
-}
