@@ -237,4 +237,3 @@ func assertKeys(t *testing.T, r *pb.TxnRequest) {
 		}
 	}
 }
-
