@@ -117,7 +117,6 @@ func (s *Store) LoadPrevValue(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
 	if err != nil {
 		return kv
 	}
-	out := *kv
-	out.Value = full.Value
-	return &out
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
+		Version: kv.Version, Lease: kv.Lease, Value: full.Value}
 }
