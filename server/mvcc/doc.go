@@ -17,6 +17,14 @@
 // Readers run concurrently on Pebble iterators, which are point-in-time
 // consistent, and never see an unpublished revision.
 //
+// The write side keeps an in-memory index of every live key's newest version
+// (create/mod revision, version, lease; no value), rebuilt at Open and
+// Reload. A put or delete takes the previous version's metadata from it and
+// reads the previous value only when asked (prev_kv, ignore_value, a VALUE
+// compare). So events from End carry PrevKv with a nil Value ("not
+// loaded"); LoadPrevValue reads it, which the watch hub does only for
+// watchers that asked for prev_kv.
+//
 // Several Begin/End pairs may stage into one batch before it is committed:
 // the store keeps a staged revision apart from the published one. If a
 // batch is dropped instead of committed, call Abandon.
