@@ -11,8 +11,12 @@
 // anywhere re-applies exactly the entries above the stored applied index.
 //
 // Invariants:
-//   - Entries and hard state are synced to disk before messages that depend
-//     on them are sent, and before committed entries are handed to apply.
+//   - New entries, term and vote are synced to disk before messages that
+//     depend on them are sent, and before committed entries are handed to
+//     apply. A Ready that only advances the commit index is written without
+//     waiting for the disk (raft's MustSync rule, as etcd): the commit index
+//     is recoverable from a quorum, and Pebble's write-ahead log keeps writes
+//     in order, so a stored applied index never exceeds the stored commit.
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key

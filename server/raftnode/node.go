@@ -55,6 +55,7 @@ type Node struct {
 	appliedTerm  uint64
 	appliedCh    chan struct{}        // closed and replaced when applied advances
 	fwdPropc     chan *raftpb.Message // proposals forwarded by followers (forwardLoop)
+	savedHS      *raftpb.HardState    // last hard state written (readyLoop)
 	confState    *raftpb.ConfState
 	snapIndex    uint64 // index of the last compaction snapshot (apply loop)
 	peersMu      sync.Mutex
@@ -143,6 +144,7 @@ func New(cfg Config) (*Node, error) {
 		if err := n.ms.ApplySnapshot(p.snap); err != nil {
 			return nil, err
 		}
+		n.savedHS = p.hs
 		if err := n.ms.SetHardState(p.hs); err != nil {
 			return nil, err
 		}
@@ -393,7 +395,14 @@ func (n *Node) readyLoop() {
 		syncStart := time.Now()
 		failpoint.Hit(failpoint.RaftBeforeSave)
 		var err error
-		n.lastIndex, err = saveReady(n.db, rd.HardState, rd.Entries, rd.Snapshot, n.lastIndex)
+		mustSync := len(rd.Entries) > 0
+		if hs := rd.HardState; hs != nil && (hs.GetTerm() != n.savedHS.GetTerm() || hs.GetVote() != n.savedHS.GetVote()) {
+			mustSync = true
+		}
+		n.lastIndex, err = saveReady(n.db, rd.HardState, rd.Entries, rd.Snapshot, n.lastIndex, mustSync)
+		if rd.HardState != nil {
+			n.savedHS = rd.HardState
+		}
 		if err != nil {
 			n.log.Error("persisting raft state failed; stopping", "err", err)
 			go n.Stop()
