@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/tenure-io/tenure/server/failpoint"
 )
 
@@ -48,6 +50,7 @@ func (s *scheduler) kinds() []faultKind {
 		{"drop", 2, (*scheduler).drop},
 		{"clientblackhole", 1, (*scheduler).clientBlackhole},
 		{"failpoint", 2, (*scheduler).failpointCrash},
+		{"replace", 1, (*scheduler).replace},
 	}
 }
 
@@ -295,6 +298,94 @@ func (s *scheduler) failpointCrash() {
 	if err := s.r.c.WaitMemberReady(rctx, i); err != nil {
 		s.r.anomaly("member %d did not serve again after a crash at %s: %v", i, name, err)
 	}
+}
+
+// replace removes member i from the cluster (MemberRemove while it runs;
+// for the leader, Tenure hands leadership over first), kills what is left
+// of the process, adds a new member at the same peer URL (MemberAdd) and
+// starts it with a fresh data dir and --initial-cluster-state existing: it
+// must catch up (snapshot + log) and serve. Requests go through the other
+// members.
+func (s *scheduler) replace() {
+	i := s.target()
+	c := s.r.c
+	if !c.Running(i) {
+		return
+	}
+	var eps []string
+	for _, j := range s.others(i) {
+		eps = append(eps, c.Endpoint(j))
+	}
+	cli := c.NewClient(eps...)
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	id, err := s.memberID(ctx, cli, i)
+	if err != nil || id == 0 {
+		s.r.logf("fault: replace member %d: member list: id %x, %v (skipped)", i, id, err)
+		return
+	}
+	s.r.logf("fault: replace member %d (id %x): member remove, member add, fresh data dir", i, id)
+	s.r.fault("replace")
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = cli.MemberRemove(rctx, id)
+	rcancel()
+	if err != nil {
+		// unknown outcome: the member list says
+		if still, lerr := s.memberID(ctx, cli, i); lerr == nil && still == id {
+			s.r.logf("replace: member remove of %x failed (%v) and it is still a member; giving up", id, err)
+			return
+		}
+		s.r.logf("replace: member remove of %x: %v (it is gone anyway)", id, err)
+	}
+	if c.Running(i) {
+		c.Kill(i)
+	} else {
+		s.r.logf("replace: removed member %d exited by itself with code %d", i, c.ExitCode(i))
+	}
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := cli.MemberAdd(actx, []string{c.PeerURL(i)})
+		acancel()
+		if err == nil {
+			s.r.logf("replace: member %d added again as %x", i, resp.Member.ID)
+			break
+		}
+		if nid, lerr := s.memberID(ctx, cli, i); lerr == nil && nid != 0 {
+			s.r.logf("replace: member add: %v, but %x is in the member list", err, nid)
+			break
+		}
+		if ctx.Err() != nil {
+			s.r.anomaly("replace: member add of %s never succeeded on a 2-member cluster: %v", c.PeerURL(i), err)
+			return
+		}
+		sleep(200 * time.Millisecond)
+	}
+	c.Replace(i)
+	s.r.fault("restart")
+	if err := c.WaitMemberReady(ctx, i); err != nil {
+		s.r.anomaly("replace: the new member %d did not serve within 60s of joining: %v", i, err)
+	}
+	s.r.logMembers()
+}
+
+// memberID is the ID of the member at member i's peer URL (0 and no error:
+// not a member).
+func (s *scheduler) memberID(ctx context.Context, cli *clientv3.Client, i int) (uint64, error) {
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ml, err := cli.MemberList(lctx)
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range ml.Members {
+		for _, u := range m.PeerURLs {
+			if u == s.r.c.PeerURL(i) {
+				return m.ID, nil
+			}
+		}
+	}
+	return 0, nil
 }
 
 // healAll lifts every network fault and resumes any paused member.

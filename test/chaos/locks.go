@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -10,14 +12,20 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"go.uber.org/zap"
 
+	"github.com/tenure-io/tenure/api/tenurev1"
 	"github.com/tenure-io/tenure/test/proxy"
 )
 
 // locks: N clients take one lock and, holding it, do an increment at a
 // fenced resource that remembers the highest token it has seen and rejects
-// lower ones. The token is the lock key's create revision.
+// lower ones. The token is the lock key's create revision. The clients take
+// the same lock through three APIs that share its queue (client id modulo
+// 3): clientv3's concurrency.Mutex, etcd's v3lock service, and tenure.v1
+// Locks.Lock (which returns the token; the others read the key). A service
+// client whose Lock fails drops its lease, since its key may still be queued.
 //
 // Each lock client talks to the cluster through its own proxies (chained in
 // front of the members' client proxies). A client "pause" is the GC pause
@@ -38,7 +46,6 @@ type locks struct {
 	seed     uint64
 	nclients int
 	ttl      int
-	locker   lockerFactory
 
 	mu       sync.Mutex
 	acqs     []acquisition
@@ -53,6 +60,7 @@ type locks struct {
 // acquisition is one successful lock grant as a client saw it.
 type acquisition struct {
 	Client  int           `json:"client"`
+	API     string        `json:"api"`
 	Token   int64         `json:"token"`
 	Call    time.Duration `json:"call"`
 	Got     time.Duration `json:"got"`
@@ -89,21 +97,118 @@ func (f *fencedResource) increment(e effect) bool {
 	return true
 }
 
-// lockerFactory makes a lock for one client session. The clientv3 Mutex is
-// the only implementation until Tenure's lock service (v3lock) lands; a
-// service-backed lockerFactory plugs in here.
-type lockerFactory func(s *concurrency.Session, name string) heldLock
+// lockerFactory makes a lock for one client session. Three APIs take the
+// same lock (one queue: the keys <name>/<lease hex>): clientv3's Mutex (the
+// plain-KV recipe), etcd's v3lock service and Tenure's native tenure.v1
+// Locks service.
+type lockerFactory func(cli *clientv3.Client, s *concurrency.Session, name string) heldLock
 
 type heldLock interface {
 	Lock(ctx context.Context) error
 	Unlock(ctx context.Context) error
 	Key() string
+	// Token is the fencing token the lock API returned with the grant, 0
+	// when it returns none (the client then reads the key's create
+	// revision).
+	Token() int64
+	// Service: the lock is held through a server-side lock service; a
+	// failed Lock may leave the waiter's key queued under the session's
+	// lease, so the client drops the session.
+	Service() bool
 }
 
-func mutexLocker(s *concurrency.Session, name string) heldLock { return concurrency.NewMutex(s, name) }
+type mutexLock struct{ *concurrency.Mutex }
+
+func (mutexLock) Token() int64  { return 0 }
+func (mutexLock) Service() bool { return false }
+
+func mutexLocker(_ *clientv3.Client, s *concurrency.Session, name string) heldLock {
+	return mutexLock{concurrency.NewMutex(s, name)}
+}
+
+// v3Lock takes the lock through etcd's v3lock service.
+type v3Lock struct {
+	lc    v3lockpb.LockClient
+	name  string
+	lease clientv3.LeaseID
+	key   string
+}
+
+func v3lockLocker(cli *clientv3.Client, s *concurrency.Session, name string) heldLock {
+	return &v3Lock{lc: v3lockpb.NewLockClient(cli.ActiveConnection()), name: name, lease: s.Lease()}
+}
+
+func (l *v3Lock) Lock(ctx context.Context) error {
+	resp, err := l.lc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte(l.name), Lease: int64(l.lease)})
+	if err != nil {
+		return err
+	}
+	l.key = string(resp.Key)
+	if want := waiterKey(l.name, l.lease); l.key != want {
+		return fmt.Errorf("%w: v3lock granted key %q to the lease of %q", errWrongKey, l.key, want)
+	}
+	return nil
+}
+
+func (l *v3Lock) Unlock(ctx context.Context) error {
+	_, err := l.lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: []byte(l.key)})
+	return err
+}
+
+func (l *v3Lock) Key() string   { return l.key }
+func (l *v3Lock) Token() int64  { return 0 }
+func (l *v3Lock) Service() bool { return true }
+
+// nativeLock takes the lock through tenure.v1 Locks, which returns the
+// fencing token with the grant.
+type nativeLock struct {
+	lc    tenurev1.LocksClient
+	name  string
+	lease clientv3.LeaseID
+	key   string
+	token int64
+}
+
+func nativeLocker(cli *clientv3.Client, s *concurrency.Session, name string) heldLock {
+	return &nativeLock{lc: tenurev1.NewLocksClient(cli.ActiveConnection()), name: name, lease: s.Lease()}
+}
+
+func (l *nativeLock) Lock(ctx context.Context) error {
+	resp, err := l.lc.Lock(ctx, &tenurev1.LockRequest{Name: []byte(l.name), Lease: int64(l.lease)})
+	if err != nil {
+		return err
+	}
+	l.key, l.token = string(resp.Key), resp.Token
+	if want := waiterKey(l.name, l.lease); l.key != want || l.token <= 0 {
+		return fmt.Errorf("%w: tenure.v1 Lock granted key %q token %d to the lease of %q", errWrongKey, l.key, l.token, want)
+	}
+	return nil
+}
+
+func (l *nativeLock) Unlock(ctx context.Context) error {
+	_, err := l.lc.Unlock(ctx, &tenurev1.UnlockRequest{Name: []byte(l.name), Lease: int64(l.lease), Token: l.token})
+	return err
+}
+
+func (l *nativeLock) Key() string   { return l.key }
+func (l *nativeLock) Token() int64  { return l.token }
+func (l *nativeLock) Service() bool { return true }
+
+var errWrongKey = errors.New("lock service answered with another waiter's key")
+
+// waiterKey is the key of lease's waiter under name (etcd's layout).
+func waiterKey(name string, lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%s/%x", name, int64(lease))
+}
+
+// lockAPIs are the lock clients' APIs, client id modulo their number.
+var lockAPIs = []struct {
+	name string
+	f    lockerFactory
+}{{"mutex", mutexLocker}, {"v3lock", v3lockLocker}, {"native", nativeLocker}}
 
 func newLocks(r *run, seed uint64) *locks {
-	return &locks{r: r, seed: seed, nclients: 4, ttl: 2, locker: mutexLocker}
+	return &locks{r: r, seed: seed, nclients: 6, ttl: 2}
 }
 
 // newClientProxies puts a private proxy in front of every member's client
@@ -180,32 +285,45 @@ func (w *locks) client(ctx context.Context, id int, cli *clientv3.Client, pxs []
 			continue
 		default:
 		}
-		m := w.locker(sess, "/lock/fenced")
+		api := lockAPIs[id%len(lockAPIs)]
+		m := api.f(cli, sess, "/lock/fenced")
 		call := w.r.mono()
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := m.Lock(lctx)
 		cancel()
 		w.r.op()
+		if errors.Is(err, errWrongKey) {
+			w.r.anomaly("locks: client %d (%s): %v", id, api.name, err)
+		}
 		if err != nil {
+			if m.Service() {
+				// the waiter's key may still be queued (the member that
+				// held the call died, or the outcome is unknown): drop the
+				// lease so that the key goes and nobody waits behind it
+				w.dropSession(cli, sess)
+				sess = nil
+			}
 			continue
 		}
 		got := w.r.mono()
-		// the token: the lock key's create revision
-		gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
-		kr, err := cli.Get(gctx, m.Key())
-		gcancel()
-		w.r.op()
-		a := acquisition{Client: id, Call: call, Got: got}
-		if err != nil || len(kr.Kvs) == 0 {
-			// cannot learn the token (or the key is gone): give up the turn
-			a.Written = "lost"
-			w.mu.Lock()
-			w.lost++
-			w.mu.Unlock()
-			w.unlock(ctx, m)
-			continue
+		a := acquisition{Client: id, API: api.name, Call: call, Got: got, Token: m.Token()}
+		if a.Token == 0 {
+			// the token: the lock key's create revision
+			gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
+			kr, err := cli.Get(gctx, m.Key())
+			gcancel()
+			w.r.op()
+			if err != nil || len(kr.Kvs) == 0 {
+				// cannot learn the token (or the key is gone): give up the turn
+				a.Written = "lost"
+				w.mu.Lock()
+				w.lost++
+				w.mu.Unlock()
+				w.unlock(ctx, m)
+				continue
+			}
+			a.Token = kr.Kvs[0].CreateRevision
 		}
-		a.Token = kr.Kvs[0].CreateRevision
 		// pause past the lease sometimes (one client at a time)
 		if rng.IntN(8) == 0 && pauseMu.TryLock() {
 			a.Paused = true
@@ -244,6 +362,16 @@ func (w *locks) client(ctx context.Context, id int, cli *clientv3.Client, pxs []
 			sess = nil
 		}
 	}
+}
+
+// dropSession stops a session's keepalives and revokes its lease (best
+// effort: otherwise it expires within the TTL).
+func (w *locks) dropSession(cli *clientv3.Client, sess *concurrency.Session) {
+	sess.Orphan()
+	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	cli.Revoke(rctx, sess.Lease())
+	cancel()
+	w.r.op()
 }
 
 func (w *locks) unlock(ctx context.Context, m heldLock) {
@@ -308,6 +436,11 @@ func (w *locks) check(context.Context) {
 			}
 		}
 	}
+	perAPI := map[string]int{}
+	for _, a := range w.acqs {
+		perAPI[a.API]++
+	}
+	w.r.logf("locks: acquisitions by API %v", perAPI)
 	w.r.logf("locks: %d acquisitions, %d effects accepted, %d rejected, %d lost before use; paused past lease: %d (write rejected %d, accepted because no newer owner had written %d)",
 		len(w.acqs), len(w.res.accepted), len(w.res.rejected), w.lost, w.paused, w.pausedNo, w.pausedOK)
 	if w.paused > 0 && w.pausedNo == 0 {

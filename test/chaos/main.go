@@ -8,14 +8,18 @@
 // SIGCONT of members, minority/majority partitions, one-way partitions,
 // delay with jitter, connection drops, client-link blackholes, crashes at
 // the storage failpoints (restart armed with TENURE_FAILPOINTS=name=N*exit,
-// then without), and lock clients paused past their lease.
+// then without), member replacement (MemberRemove, MemberAdd, a fresh data
+// dir joining with --initial-cluster-state existing), and lock clients
+// paused past their lease.
 //
 // Checkers: registers.go (porcupine), counter (no entry lost or applied
 // twice), watches.go (ordered, unique, reliable, atomic, resumable,
-// bookmarkable), locks.go (fencing tokens), leases.go (never early;
+// bookmarkable), locks.go (fencing tokens; one lock taken through clientv3's
+// Mutex, etcd's v3lock service and tenure.v1 Locks), leases.go (never early;
 // lateness), elections.go (one leader per term; observers converge), every
 // member's keyspace equal at the end; scenarios.go: etcd 9395, 11496,
-// 13766, 17780 (11456 is a hook until the lock service lands).
+// 13766, 17780, 11456 (v3lock and tenure.v1: a waiter whose lease expires
+// while it waits gets an error, never the lock).
 //
 // A seed reproduces the fault schedule and the workloads' choices, not the
 // exact interleaving (real processes, real time).

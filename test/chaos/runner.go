@@ -188,14 +188,21 @@ func Run(tb cluster.TB, cfg Config) Result {
 		StartTimeout:  60 * time.Second,
 	})
 	r.logf("cluster ready")
+	r.logMembers()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rng := rand.New(rand.NewPCG(uint64(cfg.Seed), 0x7e4e))
+	regs := newRegisters(r, rng.Uint64())
+	cnt := newCounter(r, rng.Uint64())
+	wat := newWatches(r, rng.Uint64())
+	// the registers check resolves writes of unknown outcome against the
+	// committed history the watches check reads back (and verifies)
+	regs.committed = wat.committedPuts
 	ws := []workload{
-		newRegisters(r, rng.Uint64()),
-		newCounter(r, rng.Uint64()),
-		newWatches(r, rng.Uint64()),
+		wat, // checked first
+		regs,
+		cnt,
 		newLocks(r, rng.Uint64()),
 		newLeases(r, rng.Uint64()),
 		newElections(r, rng.Uint64()),
@@ -247,7 +254,7 @@ func (r *run) finish() Result {
 			total += v
 		}
 	}
-	order := []string{"kill", "pause", "partition", "delay", "restart", "drop", "oneway", "clientblackhole", "failpoint"}
+	order := []string{"kill", "pause", "partition", "delay", "restart", "drop", "oneway", "clientblackhole", "failpoint", "replace"}
 	var parts []string
 	seen := map[string]bool{}
 	for _, k := range order {
@@ -317,6 +324,23 @@ func (r *run) saveArtifacts() (string, error) {
 type workload interface {
 	run(ctx context.Context)   // until ctx is done
 	check(ctx context.Context) // after every fault is healed and run returned
+}
+
+// logMembers writes the member IDs (by index) to the timeline: member logs
+// and response headers name members by ID.
+func (r *run) logMembers() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range r.c.Members {
+		st, err := r.c.Client(i).Status(ctx, r.c.Endpoint(i))
+		if err != nil {
+			ids = append(ids, fmt.Sprintf("%d=?", i))
+			continue
+		}
+		ids = append(ids, fmt.Sprintf("%d=%x", i, st.Header.MemberId))
+	}
+	r.logf("members: %s", strings.Join(ids, " "))
 }
 
 // mono is a monotonic timestamp relative to the run's start.

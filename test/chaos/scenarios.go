@@ -9,7 +9,11 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/tenure-io/tenure/api/tenurev1"
 	"github.com/tenure-io/tenure/server/failpoint"
 )
 
@@ -399,16 +403,194 @@ func sameKVs(a, b *clientv3.GetResponse) bool {
 	return true
 }
 
-// scenario11456 is the hook for "lock granted to an expired waiter": a
-// waiter whose lease expires while it waits must never be told it holds the
-// lock. It needs Tenure's lock service (v3lock, server/lock), which has not
-// landed; clientv3's Mutex checks its own key after waiting, so it cannot
-// reproduce the server-side bug. When the service lands: holder takes the
-// lock; waiter calls v3lock Lock with a short lease that is never kept
-// alive; after the lease expires the holder unlocks; the waiter's Lock must
-// fail (or its returned key must not exist) — never succeed with a dead lease.
+// scenario11456: a waiter whose lease expires while it waits must never be
+// told it holds the lock (etcd 11456: etcd's v3lock granted it anyway). For
+// each lock service (etcd v3lock, tenure.v1 Locks), once on a quiet cluster
+// and once with the leader killed while the waiter waits (the expiry is
+// then decided by the new leader): a holder takes the lock with a long
+// lease; a waiter, connected to a member that is not killed, waits with a
+// short lease nobody keeps alive; once the lease is gone the holder
+// unlocks. The waiter must get an error (Aborted is the documented one),
+// its key must be gone, no grant to its lease may ever show in Describe,
+// and the lock must be free for a newcomer.
 func scenario11456(r *run) {
-	r.logf("11456: skipped: the lock service (v3lock) has not landed yet")
+	for round, c := range []struct {
+		api  string
+		kill bool
+	}{{"v3lock", false}, {"native", false}, {"v3lock", true}, {"native", true}} {
+		r.ready(60 * time.Second)
+		if !s11456Round(r, round, c.api, c.kill) {
+			return
+		}
+	}
+	r.logf("11456: 4 rounds (v3lock, native; quiet and with a leader kill): no expired waiter granted")
+}
+
+// s11456Round runs one round; false when the round could not be set up.
+func s11456Round(r *run, round int, api string, kill bool) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	l, err := r.c.WaitLeader(ctx)
+	if err != nil {
+		r.anomaly("11456: no leader: %v", err)
+		return false
+	}
+	wm := (l + 1) % len(r.c.Members) // the waiter's member: never killed
+	cli := r.c.NewClient(r.c.Endpoints()...)
+	wcli := r.c.NewClient(r.c.Endpoint(wm))
+	name := fmt.Sprintf("/s11456/%d", round)
+	hl, err := cli.Grant(ctx, 60)
+	if err != nil {
+		r.anomaly("11456: grant: %v", err)
+		return false
+	}
+	wl, err := cli.Grant(ctx, 2) // never kept alive
+	if err != nil {
+		r.anomaly("11456: grant: %v", err)
+		return false
+	}
+	r.op()
+	native := tenurev1.NewLocksClient(cli.ActiveConnection())
+	wnative := tenurev1.NewLocksClient(wcli.ActiveConnection())
+	v3 := v3lockpb.NewLockClient(cli.ActiveConnection())
+	wv3 := v3lockpb.NewLockClient(wcli.ActiveConnection())
+	lock := func(ctx context.Context, native tenurev1.LocksClient, v3 v3lockpb.LockClient, lease clientv3.LeaseID) (string, error) {
+		if api == "native" {
+			resp, err := native.Lock(ctx, &tenurev1.LockRequest{Name: []byte(name), Lease: int64(lease)})
+			if err != nil {
+				return "", err
+			}
+			return string(resp.Key), nil
+		}
+		resp, err := v3.Lock(ctx, &v3lockpb.LockRequest{Name: []byte(name), Lease: int64(lease)})
+		if err != nil {
+			return "", err
+		}
+		return string(resp.Key), nil
+	}
+	hkey, err := lock(ctx, native, v3, hl.ID)
+	if err != nil {
+		r.anomaly("11456 (%s): holder's lock on a free lock: %v", api, err)
+		return false
+	}
+	type result struct {
+		key string
+		err error
+		at  time.Duration
+	}
+	got := make(chan result, 1)
+	go func() {
+		k, err := lock(ctx, wnative, wv3, wl.ID)
+		got <- result{k, err, r.mono()}
+	}()
+	wkey := fmt.Sprintf("%s/%x", name, int64(wl.ID))
+	// the waiter is queued once its key exists
+	for {
+		gr, err := cli.Get(ctx, wkey)
+		if err == nil && len(gr.Kvs) > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			r.anomaly("11456 (%s): the waiter's key %s never appeared", api, wkey)
+			return false
+		}
+		select {
+		case res := <-got:
+			r.anomaly("11456 (%s): the waiter's Lock returned (key %q, err %v) before it was queued", api, res.key, res.err)
+			return false
+		default:
+		}
+		sleep(20 * time.Millisecond)
+	}
+	if kill {
+		r.c.Kill(l)
+		r.fault("kill")
+		if _, err := r.c.WaitLeader(ctx, l); err != nil {
+			r.anomaly("11456: no new leader after killing %d: %v", l, err)
+			return false
+		}
+		r.c.RestartWithEnv(l, nil)
+		r.fault("restart")
+	}
+	// the waiter's lease expires
+	var early *result
+	for {
+		ttl, err := cli.TimeToLive(ctx, wl.ID)
+		if err == nil && ttl.TTL == -1 {
+			break
+		}
+		if ctx.Err() != nil {
+			r.anomaly("11456 (%s): waiter lease %x (TTL 2s) never expired", api, wl.ID)
+			return false
+		}
+		select {
+		case res := <-got:
+			early = &res
+		default:
+		}
+		sleep(100 * time.Millisecond)
+	}
+	// the holder releases: a stale grant, if any, would happen now
+	uctx, ucancel := context.WithTimeout(ctx, 10*time.Second)
+	if api == "native" {
+		d, err := native.Describe(uctx, &tenurev1.DescribeRequest{Name: []byte(name)})
+		if err == nil {
+			_, err = native.Unlock(uctx, &tenurev1.UnlockRequest{Name: []byte(name), Lease: int64(hl.ID), Token: d.Token})
+		}
+		if err != nil {
+			_, err = cli.Delete(uctx, hkey)
+		}
+	} else {
+		_, err = v3.Unlock(uctx, &v3lockpb.UnlockRequest{Key: []byte(hkey)})
+	}
+	ucancel()
+	if err != nil {
+		r.anomaly("11456 (%s): holder's unlock: %v", api, err)
+	}
+	res := early
+	if res == nil {
+		select {
+		case x := <-got:
+			res = &x
+		case <-time.After(30 * time.Second):
+			r.anomaly("11456 (%s): the waiter whose lease expired got no answer within 30s of the holder's unlock", api)
+		}
+	}
+	if res != nil {
+		switch {
+		case res.err == nil:
+			r.anomaly("11456 (%s, leader kill %v): a waiter whose lease %x expired while it waited was told it holds the lock (key %s)", api, kill, wl.ID, res.key)
+		case status.Code(res.err) != codes.Aborted:
+			r.logf("11456 (%s): the expired waiter got %v (not Aborted)", api, res.err)
+		}
+	}
+	// no grant: the waiter's key is gone, and the lock is free for a newcomer
+	if gr, err := cli.Get(ctx, wkey); err != nil || len(gr.Kvs) > 0 {
+		r.anomaly("11456 (%s): the expired waiter's key %s still exists (err %v)", api, wkey, err)
+	}
+	nl, err := cli.Grant(ctx, 10)
+	if err == nil {
+		nctx, ncancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = lock(nctx, native, v3, nl.ID)
+		ncancel()
+		if err != nil {
+			r.anomaly("11456 (%s): a newcomer could not take the lock after the holder released it and the waiter expired: %v", api, err)
+		}
+		d, derr := native.Describe(ctx, &tenurev1.DescribeRequest{Name: []byte(name)})
+		if derr == nil && d.OwnerLease == int64(wl.ID) {
+			r.anomaly("11456 (%s): Describe shows the expired waiter's lease %x as the owner", api, wl.ID)
+		}
+		cli.Revoke(ctx, nl.ID)
+	}
+	cli.Revoke(ctx, hl.ID)
+	r.op()
+	r.logf("11456 (%s, leader kill %v): expired waiter answered %v", api, kill, func() any {
+		if res == nil {
+			return "nothing"
+		}
+		return res.err
+	}())
+	return true
 }
 
 // checkMembersAgree compares every member's whole keyspace at one revision

@@ -29,9 +29,26 @@ import (
 //     RequestProgress) never go backwards, are never behind an event
 //     already delivered, and no later event is at or below them.
 type watches struct {
-	r    *run
-	seed uint64
-	ws   []*watcher
+	r     *run
+	seed  uint64
+	ws    []*watcher
+	ref   []wevent // the committed history, once check has read it
+	refOK bool
+}
+
+// committedPuts is the set of (key, value) written by the committed history
+// of "/" (nil if check could not read it back).
+func (w *watches) committedPuts() map[[2]string]bool {
+	if !w.refOK {
+		return nil
+	}
+	m := map[[2]string]bool{}
+	for _, e := range w.ref {
+		if e.Type == "PUT" {
+			m[[2]string{e.Key, e.Value}] = true
+		}
+	}
+	return m
 }
 
 type wevent struct {
@@ -44,10 +61,25 @@ type wevent struct {
 	Resp    int    `json:"resp"` // index of the response that carried it
 }
 
+// wresp is one response (or the start of a watch call) as a watcher saw it,
+// for the saved history.
+type wresp struct {
+	At       time.Duration `json:"at"`
+	Resp     int           `json:"resp"`           // -1: a watch call started
+	From     int64         `json:"from,omitempty"` // start revision of a new call
+	Header   int64         `json:"hdr,omitempty"`
+	Member   uint64        `json:"member,omitempty"`
+	Progress bool          `json:"progress,omitempty"`
+	N        int           `json:"n,omitempty"`
+	First    int64         `json:"first,omitempty"`
+	Last     int64         `json:"last,omitempty"`
+}
+
 type watcher struct {
 	id        int
 	start     int64
 	mu        sync.Mutex
+	log       []wresp
 	events    []wevent
 	progress  []int64
 	resps     int
@@ -99,6 +131,9 @@ func (w *watches) watch(ctx context.Context, cli *clientv3.Client, wt *watcher, 
 		if wt.id == 1 {
 			wctx = clientv3.WithRequireLeader(wctx)
 		}
+		wt.mu.Lock()
+		wt.log = append(wt.log, wresp{At: w.r.mono(), Resp: -1, From: from})
+		wt.mu.Unlock()
 		wch := cli.Watch(wctx, "/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
 		restart := time.NewTimer(time.Duration(2000+rng.IntN(8000)) * time.Millisecond)
 		tick := time.NewTicker(700 * time.Millisecond)
@@ -146,6 +181,11 @@ func (w *watches) record(wt *watcher, resp clientv3.WatchResponse) int64 {
 	defer wt.mu.Unlock()
 	idx := wt.resps
 	wt.resps++
+	lr := wresp{At: w.r.mono(), Resp: idx, Header: resp.Header.Revision, Member: resp.Header.MemberId, Progress: resp.IsProgressNotify(), N: len(resp.Events)}
+	if n := len(resp.Events); n > 0 {
+		lr.First, lr.Last = resp.Events[0].Kv.ModRevision, resp.Events[n-1].Kv.ModRevision
+	}
+	wt.log = append(wt.log, lr)
 	if resp.IsProgressNotify() {
 		p := resp.Header.Revision
 		if p < wt.lastProg {
@@ -189,6 +229,7 @@ func (w *watches) check(ctx context.Context) {
 		w.r.anomaly("watches: reading the committed history back: %v", err)
 		return
 	}
+	w.ref, w.refOK = ref, true
 	byRev := map[int64][]wevent{}
 	for _, e := range ref {
 		byRev[e.Rev] = append(byRev[e.Rev], e)
@@ -198,6 +239,8 @@ func (w *watches) check(ctx context.Context) {
 	for _, wt := range w.ws {
 		b, _ := json.Marshal(wt.events)
 		w.r.save(fmt.Sprintf("watch-%d.json", wt.id), b)
+		b, _ = json.Marshal(wt.log)
+		w.r.save(fmt.Sprintf("watch-%d-responses.json", wt.id), b)
 		w.checkWatcher(wt, ref, byRev)
 	}
 	w.r.logf("watches: reference has %d events up to revision %d; watchers: %s", len(ref), final, w.describe())
@@ -291,6 +334,40 @@ func (w *watches) reference(ctx context.Context) ([]wevent, int64, error) {
 		return nil, 0, err
 	}
 	final := state.Header.Revision
+	ref, err := w.history(ctx, cli, final)
+	if err != nil {
+		return nil, final, err
+	}
+	w.checkReplay(ref, state)
+	// every member serves the same history (watches are served from each
+	// member's own store: a member missing or altering a revision in its
+	// history would break watchers resumed there)
+	for i := range w.r.c.Members {
+		h, err := w.history(ctx, w.r.c.Client(i), final)
+		if err != nil {
+			w.r.anomaly("watches: reading member %d's history: %v", i, err)
+			continue
+		}
+		for j := 0; j < len(ref) || j < len(h); j++ {
+			if j >= len(ref) || j >= len(h) || !ref[j].same(h[j]) {
+				var a, b wevent
+				if j < len(ref) {
+					a = ref[j]
+				}
+				if j < len(h) {
+					b = h[j]
+				}
+				w.r.anomaly("watches: member %d's history differs from the cluster's at event %d: %+v, cluster %+v", i, j, b, a)
+				break
+			}
+		}
+	}
+	return ref, final, nil
+}
+
+// history reads the events of "/" from revision 1 through final with a
+// watch through cli.
+func (w *watches) history(ctx context.Context, cli *clientv3.Client, final int64) ([]wevent, error) {
 	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer wcancel()
 	var ref []wevent
@@ -302,10 +379,10 @@ func (w *watches) reference(ctx context.Context) ([]wevent, int64, error) {
 		select {
 		case resp, ok := <-wch:
 			if !ok {
-				return nil, final, fmt.Errorf("reference watch ended at revision %d of %d: %v", last, final, wctx.Err())
+				return nil, fmt.Errorf("reference watch ended at revision %d of %d: %v", last, final, wctx.Err())
 			}
 			if err := resp.Err(); err != nil {
-				return nil, final, fmt.Errorf("reference watch: %v", err)
+				return nil, fmt.Errorf("reference watch: %v", err)
 			}
 			if resp.IsProgressNotify() && resp.Header.Revision >= final {
 				last = final
@@ -321,6 +398,12 @@ func (w *watches) reference(ctx context.Context) ([]wevent, int64, error) {
 			cli.RequestProgress(wctx)
 		}
 	}
+	return ref, nil
+}
+
+// checkReplay replays the history and compares it with the Get at its end.
+func (w *watches) checkReplay(ref []wevent, state *clientv3.GetResponse) {
+	final := state.Header.Revision
 	// replay and compare with the Get
 	type kv struct {
 		v        string
@@ -355,5 +438,4 @@ func (w *watches) reference(ctx context.Context) ([]wevent, int64, error) {
 			}
 		}
 	}
-	return ref, final, nil
 }

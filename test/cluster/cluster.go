@@ -87,6 +87,9 @@ type Member struct {
 	running bool
 	env     []string
 	logFile *os.File
+	// joined: the member was replaced (Replace) and starts with
+	// --initial-cluster-state existing.
+	joined bool
 }
 
 // TB is the part of testing.TB the harness uses. *testing.T and
@@ -256,7 +259,7 @@ func (c *Cluster) args(m *Member) []string {
 		"--listen-peer-urls", "http://"+m.peerListen,
 		"--initial-advertise-peer-urls", "http://"+m.peerAdv,
 		"--initial-cluster", strings.Join(ic, ","),
-		"--initial-cluster-state", "new",
+		"--initial-cluster-state", map[bool]string{false: "new", true: "existing"}[m.joined],
 		"--initial-cluster-token", c.token,
 		"--heartbeat-interval", fmt.Sprint(c.Opts.HeartbeatMs),
 		"--election-timeout", fmt.Sprint(c.Opts.ElectionMs),
@@ -401,6 +404,33 @@ func (c *Cluster) RestartWithEnv(i int, env []string) {
 	m.env = env
 	m.mu.Unlock()
 	c.Restart(i)
+}
+
+// PeerURL is member i's advertised peer URL (what `member add` takes).
+func (c *Cluster) PeerURL(i int) string { return "http://" + c.Members[i].peerAdv }
+
+// Replace starts member i again as a new member: its old data dir is
+// deleted and it joins with --initial-cluster-state existing (so do its
+// later restarts), at the same URLs and behind the same proxies. The caller
+// stops the old process and does the `member remove` of the old member and
+// the `member add` of PeerURL(i) first.
+func (c *Cluster) Replace(i int) {
+	c.t.Helper()
+	m := c.Members[i]
+	m.mu.Lock()
+	running := m.running
+	m.joined = true
+	m.env = nil
+	m.mu.Unlock()
+	if running {
+		c.t.Fatalf("replace member %d: it is still running", i)
+	}
+	if err := os.RemoveAll(m.DataDir); err != nil {
+		c.t.Fatalf("replace member %d: %v", i, err)
+	}
+	if err := c.startMember(i); err != nil {
+		c.t.Fatalf("replace member %d: %v", i, err)
+	}
 }
 
 // Running reports whether member i's process is alive (possibly paused).

@@ -172,15 +172,26 @@ func (p *Proxy) Accepted() int {
 	return p.accepted
 }
 
-func (p *Proxy) forwards(d Direction) (ok bool, delay time.Duration) {
+// pass reports whether a chunk of pc's data in direction d is forwarded,
+// and its delay. When the chunk is dropped, pc
+// is marked tainted under the same lock, so that a Heal either sees the taint
+// (and closes pc) or happened before the decision (and the chunk passes).
+// Deciding and marking separately let a Heal slip in between: the chunk was
+// dropped, pc stayed open, and its peer silently missed whole frames (a
+// gRPC watch stream losing responses with no error).
+func (p *Proxy) pass(pc *pconn, d Direction) (ok bool, delay time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ok = p.dir == Both || p.dir == d
+	if !ok {
+		pc.tainted = true
+		return false, 0
+	}
 	delay = p.delay
 	if p.jitter > 0 {
 		delay += rand.N(p.jitter)
 	}
-	return ok, delay
+	return true, delay
 }
 
 func (p *Proxy) serve(client net.Conn) {
@@ -204,13 +215,11 @@ func (p *Proxy) serve(client net.Conn) {
 	// While blackholed, a new connection is accepted but not dialed through:
 	// hold it (discarding its bytes) until the fault is lifted.
 	for {
-		if ok, _ := p.forwards(Forward); ok {
-			break
-		}
-		if ok, _ := p.forwards(Backward); ok {
-			break
-		}
 		p.mu.Lock()
+		if p.dir != None {
+			p.mu.Unlock()
+			break
+		}
 		pc.tainted = true
 		p.mu.Unlock()
 		client.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
@@ -276,12 +285,8 @@ func (p *Proxy) pipe(pc *pconn, src, dst net.Conn, d Direction) {
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
-			ok, delay := p.forwards(d)
-			if !ok {
-				p.mu.Lock()
-				pc.tainted = true
-				p.mu.Unlock()
-			} else {
+			ok, delay := p.pass(pc, d)
+			if ok {
 				at := time.Now().Add(delay)
 				if at.Before(last) {
 					at = last
