@@ -295,6 +295,8 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		errOnce.Do(func() { failed <- err; cancel() })
 	}
 	defer func() { cancel(); wg.Wait() }()
+	// requireLeader per renewal, with the stream's metadata read once.
+	needLeader := wantsLeader(ctx)
 	reqs := make(chan *pb.LeaseKeepAliveRequest)
 	go func() {
 		defer close(reqs)
@@ -330,8 +332,8 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 			}
 			req = r
 		}
-		if err := s.requireLeader(ctx); err != nil {
-			return err
+		if needLeader && s.cfg.Node.Status().Leader == 0 {
+			return rpctypes.ErrGRPCNoLeader
 		}
 		select {
 		case slots <- struct{}{}:
@@ -366,6 +368,13 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	}
 }
 
+// wantsLeader reports whether the client asked for a leader
+// (clientv3.WithRequireLeader), as requireLeader reads it.
+func wantsLeader(ctx context.Context) bool {
+	v := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataRequireLeaderKey)
+	return len(v) > 0 && v[0] == rpctypes.MetadataHasLeader
+}
+
 // keepAliveInFlight bounds concurrent renewals on one keepalive stream.
 const keepAliveInFlight = 256
 
@@ -375,17 +384,17 @@ const keepAliveInFlight = 256
 // timeout while the lease runs out. It fails with the last error once the
 // request timeout passes (ErrNoLeader when no leader was found).
 func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
-	ctx, cancel := s.timeout(ctx)
-	defer cancel()
+	// Deadlines as plain timers inside Applier.Renew: no derived contexts
+	// on the keepalive hot path.
+	deadline := time.Now().Add(s.cfg.RequestTimeout)
 	attempt := s.cfg.RequestTimeout / 5
 	if attempt < 500*time.Millisecond {
 		attempt = 500 * time.Millisecond
 	}
 	for {
-		actx, acancel := context.WithTimeout(ctx, attempt)
-		ttl, err := s.cfg.Applier.Renew(actx, id)
-		acancel()
-		if err == nil || errorsIsLeaseNotFound(err) || ctx.Err() != nil {
+		left := time.Until(deadline)
+		ttl, err := s.cfg.Applier.Renew(ctx, id, min(attempt, left))
+		if err == nil || errorsIsLeaseNotFound(err) || ctx.Err() != nil || time.Until(deadline) <= 0 {
 			return ttl, err
 		}
 		if !errors.Is(err, apply.ErrTimeout) && !errors.Is(err, raftnode.ErrTimeout) &&
@@ -395,7 +404,7 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 		select {
 		case <-ctx.Done():
 			return ttl, err
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(min(10*time.Millisecond, max(time.Until(deadline), 0))):
 		}
 	}
 }

@@ -51,6 +51,7 @@ type Notifier interface {
 type Result struct {
 	Resp proto.Message // *pb.PutResponse, *pb.TxnResponse, …; Header.Revision set
 	Lock any           // KindLock entries: the lock machine's answer (*lock.AcquireResult)
+	TTL  int64         // KindLeaseRenew pairs: the TTL the renewal granted
 	Err  error
 }
 
@@ -91,6 +92,8 @@ type Applier struct {
 
 	mu    sync.Mutex
 	waits map[uint64]chan Result
+
+	renews renewBatcher // keepalives waiting for their batched entry (leaseloop.go)
 
 	// Staged by ApplyEntry, published by Committed (apply goroutine only).
 	stagedRes  []staged
@@ -135,18 +138,51 @@ func (a *Applier) Do(ctx context.Context, r *pb.InternalRaftRequest) Result {
 	return a.propose(ctx, id, append([]byte{KindEtcd}, body...))
 }
 
-// Renew proposes a keepalive for lease id and returns the TTL granted.
-func (a *Applier) Renew(ctx context.Context, leaseID int64) (int64, error) {
+// Renew proposes a keepalive for lease id and returns the TTL granted. The
+// renewal rides in the member's next batched KindLeaseRenew entry
+// (leaseloop.go); it is answered once that entry is applied. It fails with
+// ErrTimeout after timeout (no timer when timeout <= 0) or when ctx ends.
+func (a *Applier) Renew(ctx context.Context, leaseID int64, timeout time.Duration) (int64, error) {
 	id := a.nextID()
-	data := make([]byte, 17)
-	data[0] = KindLeaseRenew
-	binary.BigEndian.PutUint64(data[1:], id)
-	binary.BigEndian.PutUint64(data[9:], uint64(leaseID))
-	res := a.propose(ctx, id, data)
+	ch := make(chan Result, 1)
+	a.mu.Lock()
+	a.waits[id] = ch
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		delete(a.waits, id)
+		a.mu.Unlock()
+	}()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	b := a.enqueueRenew(id, leaseID)
+	var res Result
+	select {
+	case res = <-ch:
+	case <-b.done:
+		if b.err != nil {
+			return 0, b.err
+		}
+		select {
+		case res = <-ch:
+		case <-expired:
+			return 0, ErrTimeout
+		case <-ctx.Done():
+			return 0, ErrTimeout
+		}
+	case <-expired:
+		return 0, ErrTimeout
+	case <-ctx.Done():
+		return 0, ErrTimeout
+	}
 	if res.Err != nil {
 		return 0, res.Err
 	}
-	return res.Resp.(*pb.LeaseKeepAliveResponse).TTL, nil
+	return res.TTL, nil
 }
 
 func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
@@ -217,14 +253,17 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 		res := a.applyEtcd(b, index, &r)
 		a.stage(r.ID, res)
 	case KindLeaseRenew:
-		if len(data) != 17 {
+		// One or more (request id, lease id) pairs, each renewed at index.
+		if len(data) < 17 || (len(data)-1)%16 != 0 {
 			a.lg.Error("malformed lease renew entry", "index", index)
 			return
 		}
-		id := binary.BigEndian.Uint64(data[1:])
-		leaseID := int64(binary.BigEndian.Uint64(data[9:]))
-		ttl, err := a.lessor.Renew(b, index, leaseID)
-		a.stage(id, Result{Resp: &pb.LeaseKeepAliveResponse{ID: leaseID, TTL: ttl}, Err: err})
+		for p := 1; p < len(data); p += 16 {
+			id := binary.BigEndian.Uint64(data[p:])
+			leaseID := int64(binary.BigEndian.Uint64(data[p+8:]))
+			ttl, err := a.lessor.Renew(b, index, leaseID)
+			a.stage(id, Result{TTL: ttl, Err: err})
+		}
 	case KindLeaseExpire:
 		if len(data) < 9 || (len(data)-9)%8 != 0 {
 			a.lg.Error("malformed lease expire entry", "index", index)

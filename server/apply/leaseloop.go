@@ -3,6 +3,7 @@ package apply
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"time"
 )
 
@@ -102,4 +103,69 @@ func (a *Applier) RunLeaseLoop(ctx context.Context, cfg LeaseLoopConfig) {
 			}
 		}
 	}
+}
+
+// Renewal batching. Every keepalive is a raft entry's worth of promise, but
+// not a raft entry of its own: renewals proposed on this member within
+// renewBatchDelay (or until renewBatchMax of them) travel in one
+// KindLeaseRenew entry of (request id, lease id) pairs, so a keepalive storm
+// costs one raft entry, one log write and one apply iteration per batch
+// instead of per renewal. Each pair is applied, and answered, exactly as a
+// single renewal would be: the entry's index is every pair's renewal index.
+const (
+	renewBatchDelay = 500 * time.Microsecond
+	renewBatchMax   = 512
+	renewPairBytes  = 16
+	// renewProposeTimeout bounds one batch's hand-off to raft (waiting for
+	// a leader included); every waiter also has its own deadline.
+	renewProposeTimeout = 2 * time.Second
+)
+
+// renewBatch is one KindLeaseRenew entry being filled; done is closed once
+// it was handed to raft (err says whether that failed).
+type renewBatch struct {
+	data []byte
+	done chan struct{}
+	err  error
+}
+
+type renewBatcher struct {
+	mu  sync.Mutex
+	cur *renewBatch
+}
+
+// enqueueRenew adds (reqID, leaseID) to the open batch and returns it.
+func (a *Applier) enqueueRenew(reqID uint64, leaseID int64) *renewBatch {
+	a.renews.mu.Lock()
+	b := a.renews.cur
+	if b == nil {
+		b = &renewBatch{data: make([]byte, 1, 1+renewPairBytes*16), done: make(chan struct{})}
+		b.data[0] = KindLeaseRenew
+		a.renews.cur = b
+		time.AfterFunc(renewBatchDelay, func() { a.flushRenews(b) })
+	}
+	b.data = binary.BigEndian.AppendUint64(b.data, reqID)
+	b.data = binary.BigEndian.AppendUint64(b.data, uint64(leaseID))
+	full := (len(b.data)-1)/renewPairBytes >= renewBatchMax
+	a.renews.mu.Unlock()
+	if full {
+		go a.flushRenews(b)
+	}
+	return b
+}
+
+// flushRenews proposes batch b once (the timer and a full batch may both
+// ask for it).
+func (a *Applier) flushRenews(b *renewBatch) {
+	a.renews.mu.Lock()
+	if a.renews.cur != b {
+		a.renews.mu.Unlock()
+		return
+	}
+	a.renews.cur = nil
+	a.renews.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), renewProposeTimeout)
+	b.err = a.node.Propose(ctx, b.data)
+	cancel()
+	close(b.done)
 }
