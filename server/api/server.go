@@ -33,6 +33,7 @@ const Version = "3.7.3"
 type Node interface {
 	ReadIndex(ctx context.Context) error
 	Status() raftnode.Status
+	LeaderTerm() (leader, term uint64)
 	Members() []raftnode.Member
 	ID() uint64
 	ClusterID() uint64
@@ -90,8 +91,8 @@ func (s *Server) Register(g *grpc.Server) {
 
 // Header fills an etcd response header for revision rev.
 func (s *Server) Header(rev int64) *pb.ResponseHeader {
-	st := s.cfg.Node.Status()
-	return &pb.ResponseHeader{ClusterId: s.cfg.Node.ClusterID(), MemberId: s.cfg.Node.ID(), Revision: rev, RaftTerm: st.Term}
+	_, term := s.cfg.Node.LeaderTerm()
+	return &pb.ResponseHeader{ClusterId: s.cfg.Node.ClusterID(), MemberId: s.cfg.Node.ID(), Revision: rev, RaftTerm: term}
 }
 
 func (s *Server) fill(h **pb.ResponseHeader) {
@@ -114,7 +115,7 @@ func (s *Server) timeout(ctx context.Context) (context.Context, context.CancelFu
 func (s *Server) requireLeader(ctx context.Context) error {
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader {
-			if s.cfg.Node.Status().Leader == 0 {
+			if lead, _ := s.cfg.Node.LeaderTerm(); lead == 0 {
 				return rpctypes.ErrGRPCNoLeader
 			}
 		}
@@ -332,7 +333,7 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 			}
 			req = r
 		}
-		if needLeader && s.cfg.Node.Status().Leader == 0 {
+		if lead, _ := s.cfg.Node.LeaderTerm(); needLeader && lead == 0 {
 			return rpctypes.ErrGRPCNoLeader
 		}
 		select {

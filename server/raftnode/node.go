@@ -40,12 +40,15 @@ type Node struct {
 	lastIndex uint64 // last raft log index on disk; Ready loop only
 
 	// leader tracking
-	leadMu    sync.Mutex
-	lead      uint64
-	term      uint64
-	leadCh    chan struct{} // closed and replaced on every leader change
-	isLeader  atomic.Bool
-	leaderEvs chan LeaderEvent
+	leadMu sync.Mutex
+	// leadTerm caches (leader, term) for the request path: raft.Node.Status
+	// is a round trip through the raft goroutine and must not run per request.
+	leadNow, termNow atomic.Uint64
+	lead             uint64
+	term             uint64
+	leadCh           chan struct{} // closed and replaced on every leader change
+	isLeader         atomic.Bool
+	leaderEvs        chan LeaderEvent
 
 	// apply state
 	applyMu      sync.Mutex // held by the apply loop per batch and by snapshot installs
@@ -378,6 +381,7 @@ func (n *Node) readyLoop() {
 			n.leadMu.Lock()
 			n.term = rd.HardState.GetTerm()
 			n.leadMu.Unlock()
+			n.termNow.Store(rd.HardState.GetTerm())
 		}
 		for _, rs := range rd.ReadStates {
 			select {
@@ -488,6 +492,8 @@ func (n *Node) setLeader(lead uint64, isLeader bool) {
 	n.leadCh = make(chan struct{})
 	term := n.rn.Status().HardState.GetTerm()
 	n.term = term
+	n.leadNow.Store(lead)
+	n.termNow.Store(term)
 	n.leadMu.Unlock()
 	n.log.Info("leader changed", "leader", fmt.Sprintf("%x", lead), "term", term, "is_leader", isLeader)
 	select {
@@ -510,6 +516,11 @@ func (n *Node) leaderEventLoop() {
 		}
 	}
 }
+
+// LeaderTerm returns the leader this member knows (0: none) and the current
+// term, without a round trip to the raft goroutine (cheap enough for every
+// request; Status is not).
+func (n *Node) LeaderTerm() (leader, term uint64) { return n.leadNow.Load(), n.termNow.Load() }
 
 // leader returns the known leader (0: none) and a channel closed at the next change.
 func (n *Node) leader() (uint64, <-chan struct{}) {
