@@ -1,7 +1,7 @@
 # Tenure — the coordination service.
 GO        ?= go
 BIN       ?= bin
-PKGS_RACE := ./server/... ./cmd/...
+PKGS_RACE := ./server/... ./cmd/... ./api/... ./test/proxy/... ./test/lincheck/... ./test/cluster/...
 
 .PHONY: run build test test-unit test-e2e vet fmt chaos bench bench-full clean proto
 
