@@ -325,7 +325,10 @@ func (s *scheduler) replace() {
 		s.r.logf("fault: replace member %d: member list: id %x, %v (skipped)", i, id, err)
 		return
 	}
-	s.r.logf("fault: replace member %d (id %x): member remove, member add, fresh data dir", i, id)
+	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
+	l, _ := c.Leader(lctx)
+	lcancel()
+	s.r.logf("fault: replace member %d (id %x, the leader: %v): member remove, member add, fresh data dir", i, id, l == i)
 	s.r.fault("replace")
 	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
 	_, err = cli.MemberRemove(rctx, id)
@@ -333,7 +336,9 @@ func (s *scheduler) replace() {
 	if err != nil {
 		// unknown outcome: the member list says
 		if still, lerr := s.memberID(ctx, cli, i); lerr == nil && still == id {
-			s.r.logf("replace: member remove of %x failed (%v) and it is still a member; giving up", id, err)
+			// every member served before this fault and nothing else is
+			// injected: a membership change must go through
+			s.r.anomaly("replace: member remove of member %d (%x) on a healthy cluster failed: %v, and it is still a member", i, id, err)
 			return
 		}
 		s.r.logf("replace: member remove of %x: %v (it is gone anyway)", id, err)

@@ -231,7 +231,7 @@ func Run(tb cluster.TB, cfg Config) Result {
 	cancel()
 	wg.Wait()
 	r.logf("workloads stopped; checking")
-	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Minute+cfg.Duration/2)
 	for _, w := range ws {
 		w.check(cctx)
 	}

@@ -368,7 +368,8 @@ func (w *watches) reference(ctx context.Context) ([]wevent, int64, error) {
 // history reads the events of "/" from revision 1 through final with a
 // watch through cli.
 func (w *watches) history(ctx context.Context, cli *clientv3.Client, final int64) ([]wevent, error) {
-	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second)
+	// a long soak's history is long: allow about 2000 revisions a second
+	wctx, wcancel := context.WithTimeout(ctx, 60*time.Second+time.Duration(final/2000)*time.Second)
 	defer wcancel()
 	var ref []wevent
 	var last int64
