@@ -49,6 +49,8 @@ func run() error {
 		keep     = flag.Bool("keep", false, "keep data dirs")
 		mainRepo = flag.String("repo", "..", "main repository, for the commit recorded in the report")
 		runTO    = flag.Duration("run-timeout", 5*time.Minute, "limit for one suite run against one system (cluster start included)")
+		others   = flag.String("others", "zookeeper,redis,postgres", "other reference systems for the suites that support them (lock suites): comma-separated zookeeper, redis, postgres, or none")
+		pgDSN    = flag.String("pg-dsn", cluster.DefaultPostgresDSN, "PostgreSQL for the postgres reference")
 	)
 	flag.Parse()
 	all := suite.All()
@@ -103,10 +105,26 @@ func run() error {
 	default:
 		return fmt.Errorf("-sut must be tenure, etcd or none")
 	}
+	for _, o := range strings.Split(*others, ",") {
+		switch strings.TrimSpace(o) {
+		case "", "none":
+		case cluster.KindZooKeeper:
+			systems = append(systems, cluster.System{Label: "ZooKeeper 3.8", Kind: cluster.KindZooKeeper, Bin: cluster.ZooKeeperJar})
+		case cluster.KindRedis:
+			systems = append(systems, cluster.System{Label: "Redis 7.0 (1 node, unreplicated)", Kind: cluster.KindRedis, Bin: "/usr/bin/redis-server"})
+		case cluster.KindPostgres:
+			systems = append(systems, cluster.System{Label: "PostgreSQL 15 (1 node, unreplicated)", Kind: cluster.KindPostgres, Bin: *pgDSN})
+		default:
+			return fmt.Errorf("-others: unknown system %q", o)
+		}
+	}
 	if len(systems) == 0 {
 		return errors.New("nothing to run: -ref none and -sut none")
 	}
 	for _, s := range systems {
+		if s.Kind == cluster.KindPostgres {
+			continue
+		}
 		if _, err := os.Stat(s.Bin); err != nil {
 			return fmt.Errorf("%s binary: %w", s.Label, err)
 		}
@@ -130,6 +148,11 @@ func run() error {
 	results := map[string]*report.SuiteResult{}
 	for _, s := range sel {
 		sr := &report.SuiteResult{Suite: s, Runs: map[string][]suite.Result{}, Failures: map[string][]string{}, Commands: map[string]string{}}
+		for _, sys := range systems {
+			for _, v := range suite.VariantsOf(s, sys.Kind) {
+				sr.Rows = append(sr.Rows, report.Row{Label: rowLabel(sys, v), System: sys.Label, Kind: sys.Kind, Variant: v})
+			}
+		}
 		results[s.ID()] = sr
 		rep.Suites = append(rep.Suites, sr)
 	}
@@ -143,39 +166,45 @@ func run() error {
 				order = reversed(systems)
 			}
 			for _, sys := range order {
-				if ctx.Err() != nil {
-					return ctx.Err()
+				for _, variant := range suite.VariantsOf(s, sys.Kind) {
+					label := rowLabel(sys, variant)
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					if startFails[sys.Label] >= 2 {
+						results[s.ID()].Failures[label] = append(results[s.ID()].Failures[label], "skipped: the cluster failed to start twice in a row earlier in this run")
+						logf("  r%d %-20s %-24s skipped (cluster failed to start twice in a row)", r+1, s.ID(), label)
+						continue
+					}
+					dir := filepath.Join(runDir, fmt.Sprintf("r%d-%s-%s", r+1, s.ID(), slug(label)))
+					load := machine.LoadAvg()
+					res, cmds, err := runOne(ctx, *runTO, sys, variant, s, opts, dir, tools, m, *keep)
+					sr := results[s.ID()]
+					if len(cmds) > 0 {
+						rep.ClusterCommands[sys.Label] = cmds
+					}
+					if res.Command != "" {
+						sr.Commands[label] = res.Command
+					}
+					var se *startError
+					if errors.As(err, &se) {
+						startFails[sys.Label]++
+					} else if err == nil {
+						startFails[sys.Label] = 0
+					}
+					if err != nil {
+						logf("  r%d %-20s %-24s FAILED: %v", r+1, s.ID(), label, firstLine(err.Error()))
+						sr.Failures[label] = append(sr.Failures[label], err.Error())
+						continue
+					}
+					if res.Extra == nil {
+						res.Extra = map[string]string{}
+					}
+					res.Extra["load"] = load
+					logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d  (load %s)", r+1, s.ID(), label,
+						res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, load)
+					sr.Runs[label] = append(sr.Runs[label], res)
 				}
-				if startFails[sys.Label] >= 2 {
-					results[s.ID()].Failures[sys.Label] = append(results[s.ID()].Failures[sys.Label], "skipped: the cluster failed to start twice in a row earlier in this run")
-					logf("  r%d %-20s %-24s skipped (cluster failed to start twice in a row)", r+1, s.ID(), sys.Label)
-					continue
-				}
-				dir := filepath.Join(runDir, fmt.Sprintf("r%d-%s-%s", r+1, s.ID(), slug(sys.Label)))
-				load := machine.LoadAvg()
-				res, cmds, err := runOne(ctx, *runTO, sys, s, opts, dir, tools, m, *keep)
-				sr := results[s.ID()]
-				if len(cmds) > 0 {
-					rep.ClusterCommands[sys.Label] = cmds
-				}
-				if res.Command != "" {
-					sr.Commands[sys.Label] = res.Command
-				}
-				var se *startError
-				if errors.As(err, &se) {
-					startFails[sys.Label]++
-				} else if err == nil {
-					startFails[sys.Label] = 0
-				}
-				if err != nil {
-					logf("  r%d %-20s %-24s FAILED: %v", r+1, s.ID(), sys.Label, firstLine(err.Error()))
-					sr.Failures[sys.Label] = append(sr.Failures[sys.Label], err.Error())
-					continue
-				}
-				res.Extra = map[string]string{"load": load}
-				logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d  (load %s)", r+1, s.ID(), sys.Label,
-					res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, load)
-				sr.Runs[sys.Label] = append(sr.Runs[sys.Label], res)
 			}
 		}
 	}
@@ -199,9 +228,41 @@ func run() error {
 	return nil
 }
 
-func runOne(ctx context.Context, timeout time.Duration, sys cluster.System, s suite.Suite, o cluster.Options, dir string, tools suite.Tools, m suite.Mode, keep bool) (suite.Result, []string, error) {
+// rowLabel names a result row: the system, and the variant if any.
+func rowLabel(sys cluster.System, variant string) string {
+	if variant == "" {
+		return sys.Label
+	}
+	return sys.Label + " · " + variant
+}
+
+func runOne(ctx context.Context, timeout time.Duration, sys cluster.System, variant string, s suite.Suite, o cluster.Options, dir string, tools suite.Tools, m suite.Mode, keep bool) (suite.Result, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var ext *cluster.External
+	var err error
+	switch sys.Kind {
+	case cluster.KindZooKeeper:
+		ext, err = cluster.StartZooKeeper(ctx, sys.Label, dir, o.Size)
+	case cluster.KindRedis:
+		ext, err = cluster.StartRedis(ctx, sys.Label, dir)
+	case cluster.KindPostgres:
+		ext, err = cluster.UsePostgres(ctx, sys.Label, sys.Bin)
+	}
+	if ext != nil || err != nil {
+		if err != nil {
+			return suite.Result{}, nil, &startError{err}
+		}
+		defer func() {
+			ext.Stop()
+			if !keep {
+				_ = ext.RemoveData()
+			}
+		}()
+		env := &suite.Env{Ext: ext, Variant: variant, Tools: tools, Mode: m, LogDir: filepath.Join(dir, "bench")}
+		res, err := s.Run(ctx, env)
+		return res, ext.Cmds, err
+	}
 	c, err := cluster.Start(ctx, sys, dir, o)
 	if err != nil {
 		return suite.Result{}, nil, &startError{err}
@@ -216,7 +277,7 @@ func runOne(ctx context.Context, timeout time.Duration, sys cluster.System, s su
 			_ = c.RemoveData()
 		}
 	}()
-	env := &suite.Env{Cluster: c, Tools: tools, Mode: m, LogDir: filepath.Join(dir, "bench")}
+	env := &suite.Env{Cluster: c, Variant: variant, Tools: tools, Mode: m, LogDir: filepath.Join(dir, "bench")}
 	res, err := s.Run(ctx, env)
 	return res, cmds, err
 }

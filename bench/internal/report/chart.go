@@ -21,6 +21,10 @@ var palette = []color.Color{
 	color.RGBA{R: 0xe6, G: 0x7e, B: 0x22, A: 0xff},
 	color.RGBA{R: 0x27, G: 0xae, B: 0x60, A: 0xff},
 	color.RGBA{R: 0x8e, G: 0x44, B: 0xad, A: 0xff},
+	color.RGBA{R: 0xc0, G: 0x39, B: 0x2b, A: 0xff},
+	color.RGBA{R: 0x16, G: 0xa0, B: 0x85, A: 0xff},
+	color.RGBA{R: 0x7f, G: 0x8c, B: 0x8d, A: 0xff},
+	color.RGBA{R: 0xf1, G: 0xc4, B: 0x0f, A: 0xff},
 }
 
 // WriteCharts writes <dir>/<suite id>.png: median req/s and p50/p99 per system.
@@ -39,7 +43,7 @@ func (r *Run) chart(sr *SuiteResult, path string) error {
 		m     suite.Result
 	}
 	var vals []val
-	for _, sl := range r.Slots {
+	for _, sl := range sr.Rows {
 		if m, ok := Median(sr.Runs[sl.Label]); ok {
 			vals = append(vals, val{sl.Label, m})
 		}
@@ -49,12 +53,19 @@ func (r *Run) chart(sr *SuiteResult, path string) error {
 	}
 	// Two plots side by side: throughput, and latency (p50, p99).
 	tp := plot.New()
-	tp.Title.Text = sr.Suite.Title() + " — req/s (median)"
-	tp.Y.Label.Text = "requests/s"
+	unit := "req/s"
+	if c, ok := sr.Suite.(suite.Comparer); ok {
+		unit = c.Unit()
+	}
+	tp.Title.Text = sr.Suite.Title() + " — " + unit + " (median)"
+	tp.Y.Label.Text = unit
 	lp := plot.New()
 	lp.Title.Text = "latency (median), ms"
 	lp.Y.Label.Text = "ms"
 	w := vg.Points(18)
+	if len(vals) > 4 {
+		w = vg.Points(12)
+	}
 	for i, v := range vals {
 		bc, err := plotter.NewBarChart(plotter.Values{v.m.RPS}, w)
 		if err != nil {
@@ -94,7 +105,11 @@ func (r *Run) chart(sr *SuiteResult, path string) error {
 	tp.X.Min, tp.X.Max = -1, 1
 	lp.X.Min, lp.X.Max = -0.7, 1.7
 
-	img := vgimg.New(vg.Points(860), vg.Points(360))
+	height := vg.Points(360)
+	if len(vals) > 4 {
+		height = vg.Points(360 + 40*float64(len(vals)-4))
+	}
+	img := vgimg.New(vg.Points(860), height)
 	dc := draw.New(img)
 	t := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 4, PadY: vg.Millimeter * 2,
 		PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}

@@ -21,9 +21,18 @@ type Slot struct {
 	Build string // how the binary was built
 }
 
+// Row is one line of a suite's table: a system and the suite's variant on it.
+type Row struct {
+	Label   string // key of Runs and Failures
+	System  string // slot or reference label
+	Kind    string
+	Variant string
+}
+
 // SuiteResult holds every run of one suite.
 type SuiteResult struct {
 	Suite    suite.Suite
+	Rows     []Row                     // table order
 	Runs     map[string][]suite.Result // by slot label
 	Failures map[string][]string       // by slot label
 	Commands map[string]string         // last command, by slot label
@@ -99,11 +108,15 @@ func (r *Run) Markdown(chartDir string) string {
 	}
 	for _, sr := range r.Suites {
 		s := sr.Suite
+		if c, ok := s.(suite.Comparer); ok {
+			r.comparerTable(&b, sr, c, chartDir)
+			continue
+		}
 		w("\n## %s\n\n", s.Title())
 		w("Target: %s. Primary metric: %s.\n\n", s.Target(), map[suite.Metric]string{suite.Throughput: "req/s", suite.LatencyP50: "p50 latency"}[s.Primary()])
 		w("| system | req/s | p50 (ms) | p99 (ms) | errors | runs | ratio req/s | ratio p50 |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 		ref, refOK := Median(sr.Runs[r.refLabel()])
-		for _, sl := range r.Slots {
+		for _, sl := range sr.Rows {
 			m, ok := Median(sr.Runs[sl.Label])
 			if !ok {
 				w("| %s | — | — | — | — | 0 (%d failed) | — | — |\n", sl.Label, len(sr.Failures[sl.Label]))
@@ -125,7 +138,7 @@ func (r *Run) Markdown(chartDir string) string {
 			w("| %s | %.0f | %s | %s | %d | %s | %s | %s |\n", sl.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs, rr, rp)
 		}
 		w("\nIndividual runs (req/s / p50 ms [load average before the run]):")
-		for _, sl := range r.Slots {
+		for _, sl := range sr.Rows {
 			var parts []string
 			for _, x := range sr.Runs[sl.Label] {
 				p := fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))
@@ -137,7 +150,7 @@ func (r *Run) Markdown(chartDir string) string {
 			w(" %s: %s;", sl.Label, strings.Join(parts, ", "))
 		}
 		w("\n")
-		for _, sl := range r.Slots {
+		for _, sl := range sr.Rows {
 			for _, f := range sr.Failures[sl.Label] {
 				w("\n- %s failure: `%s`\n", sl.Label, oneLine(f, 400))
 			}
@@ -155,12 +168,96 @@ func (r *Run) Markdown(chartDir string) string {
 		}
 	}
 	w("\n## Cluster commands\n\nOne member of each cluster (ports change per run; the other members differ only in name, ports and data dir):\n")
-	for _, sl := range r.Slots {
-		if cl, ok := r.ClusterCommands[sl.Label]; ok && len(cl) > 0 {
-			w("\n%s:\n\n```\n%s\n```\n", sl.Label, cl[0])
+	var labels []string
+	for l := range r.ClusterCommands {
+		labels = append(labels, l)
+	}
+	sort.Strings(labels)
+	for _, l := range labels {
+		if cl := r.ClusterCommands[l]; len(cl) > 0 {
+			w("\n%s:\n\n```\n%s\n```\n", l, cl[0])
 		}
 	}
 	return b.String()
+}
+
+// comparerTable renders a suite that compares every row with several
+// reference rows (the lock suites: etcd v3lock, etcd Mutex, ZooKeeper).
+func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Comparer, chartDir string) {
+	w := func(format string, a ...any) { fmt.Fprintf(b, format, a...) }
+	s := sr.Suite
+	unit := c.Unit()
+	w("\n## %s\n\n", s.Title())
+	w("Target: %s. Primary metric: %s (median of runs); latencies are acquire latencies.\n\n", s.Target(), unit)
+	refs := c.Refs()
+	refMed := make([]suite.Result, len(refs))
+	refOK := make([]bool, len(refs))
+	for i, rf := range refs {
+		for _, row := range sr.Rows {
+			if row.Kind == rf.Kind && row.Variant == rf.Variant {
+				refMed[i], refOK[i] = Median(sr.Runs[row.Label])
+				break
+			}
+		}
+	}
+	w("| system · API | %s | acquire p50 (ms) | acquire p99 (ms) | errors | runs |", unit)
+	for _, rf := range refs {
+		w(" %s |", rf.Column)
+	}
+	w("\n|---|---:|---:|---:|---:|---:|%s\n", strings.Repeat("---:|", len(refs)))
+	for _, row := range sr.Rows {
+		m, ok := Median(sr.Runs[row.Label])
+		if !ok {
+			w("| %s | — | — | — | — | 0 (%d failed) |%s\n", row.Label, len(sr.Failures[row.Label]), strings.Repeat(" — |", len(refs)))
+			continue
+		}
+		runs := fmt.Sprintf("%d", len(sr.Runs[row.Label]))
+		if f := len(sr.Failures[row.Label]); f > 0 {
+			runs += fmt.Sprintf(" (+%d failed)", f)
+		}
+		w("| %s | %.0f | %s | %s | %d | %s |", row.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs)
+		for i, rf := range refs {
+			if !refOK[i] || refMed[i].RPS == 0 || (row.Kind == rf.Kind && row.Variant == rf.Variant) {
+				w(" — |")
+				continue
+			}
+			w(" %.2f× |", m.RPS/refMed[i].RPS)
+		}
+		w("\n")
+	}
+	w("\nIndividual runs (%s / acquire p50 ms [load average before the run]):", unit)
+	for _, row := range sr.Rows {
+		var parts []string
+		for _, x := range sr.Runs[row.Label] {
+			p := fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))
+			if l := x.Extra["load"]; l != "" {
+				p += " [" + strings.Fields(l)[0] + "]"
+			}
+			parts = append(parts, p)
+		}
+		w(" %s: %s;", row.Label, strings.Join(parts, ", "))
+	}
+	w("\n")
+	for _, row := range sr.Rows {
+		for _, f := range sr.Failures[row.Label] {
+			w("\n- %s failure: `%s`\n", row.Label, oneLine(f, 400))
+		}
+		for _, x := range sr.Runs[row.Label] {
+			if x.Errors > 0 {
+				w("\n- %s errors in one run: `%s`\n", row.Label, oneLine(fmt.Sprint(x.ErrDist), 400))
+				break
+			}
+		}
+	}
+	for _, row := range sr.Rows {
+		if cmd, ok := sr.Commands[row.Label]; ok {
+			w("\n```\n%s\n```\n", cmd)
+			break
+		}
+	}
+	if chartDir != "" {
+		w("\n![%s](%s)\n", s.ID(), filepath.ToSlash(filepath.Join(chartDir, s.ID()+".png")))
+	}
 }
 
 func oneLine(s string, n int) string {

@@ -36,7 +36,9 @@ type Tools struct {
 
 // Env is what a suite gets for one run.
 type Env struct {
-	Cluster *cluster.Cluster
+	Cluster *cluster.Cluster  // etcd-compatible systems (etcd, tenure); nil otherwise
+	Ext     *cluster.External // ZooKeeper, Redis, PostgreSQL; nil otherwise
+	Variant string            // which of the suite's Variants runs (see Variants)
 	Tools   Tools
 	Mode    Mode
 	LogDir  string // where the suite may write raw output
@@ -64,10 +66,46 @@ type Suite interface {
 	Run(ctx context.Context, env *Env) (Result, error)
 }
 
+// Variants is implemented by suites that run in several ways on one kind
+// of system (e.g. locks through the v3lock service and through clientv3's
+// Mutex on etcd) or on systems other than etcd and tenure. It returns the
+// variants to run on a system kind ("etcd", "tenure", "zookeeper", "redis",
+// "postgres"); none means the suite does not apply. Suites without it run
+// once, with an empty variant, on etcd and tenure only.
+type Variants interface {
+	Variants(kind string) []string
+}
+
+// VariantsOf returns the variants of s on kind.
+func VariantsOf(s Suite, kind string) []string {
+	if v, ok := s.(Variants); ok {
+		return v.Variants(kind)
+	}
+	if kind == "etcd" || kind == "tenure" {
+		return []string{""}
+	}
+	return nil
+}
+
+// Ref names a row the report compares every row against: the system kind
+// and variant (e.g. etcd's v3lock for the lock suites), with a column heading.
+type Ref struct {
+	Kind, Variant, Column string
+}
+
+// Comparer is implemented by suites whose ratios are not simply "system
+// under test / reference" (the lock suites compare with etcd's v3lock and
+// with ZooKeeper).
+type Comparer interface {
+	Refs() []Ref
+	Unit() string // e.g. "cycles/s"
+}
+
 // All returns every suite in run order. Later families (locks, watch fan-out,
 // failover, RSS/restart at 1M keys) append theirs here.
 func All() []Suite {
 	var all []Suite
 	all = append(all, EtcdBenchSuites()...)
+	all = append(all, LockSuites()...)
 	return all
 }
