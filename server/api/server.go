@@ -392,9 +392,19 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 	if attempt < 500*time.Millisecond {
 		attempt = 500 * time.Millisecond
 	}
+	var (
+		ttl int64
+		err error
+	)
 	for {
 		left := time.Until(deadline)
-		ttl, err := s.cfg.Applier.Renew(ctx, id, min(attempt, left))
+		if left <= 0 {
+			if err == nil {
+				err = apply.ErrTimeout
+			}
+			return ttl, err // the last attempt's error
+		}
+		ttl, err = s.cfg.Applier.Renew(ctx, id, min(attempt, left))
 		if err == nil || errorsIsLeaseNotFound(err) || ctx.Err() != nil || time.Until(deadline) <= 0 {
 			return ttl, err
 		}

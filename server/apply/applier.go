@@ -160,6 +160,7 @@ func (a *Applier) Renew(ctx context.Context, leaseID int64, timeout time.Duratio
 		expired = t.C
 	}
 	b := a.enqueueRenew(id, leaseID)
+	defer a.renewDone(b)
 	var res Result
 	select {
 	case res = <-ch:

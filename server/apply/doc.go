@@ -4,8 +4,10 @@
 // Entry format (raft entry data): one kind byte, then the payload.
 //   - KindEtcd: a proto-encoded etcdserverpb.InternalRaftRequest (Put,
 //     DeleteRange, Txn, Compaction, LeaseGrant, LeaseRevoke).
-//   - KindLeaseRenew: request id, lease id — every keepalive is replicated,
-//     so an acknowledged renewal survives any leader change.
+//   - KindLeaseRenew: one or more (request id, lease id) pairs, each a
+//     renewal at the entry's index (keepalives are batched per member) —
+//     every keepalive is replicated, so an acknowledged renewal survives any
+//     leader change.
 //   - KindLeaseExpire: the highest grant/renewal index the leader had
 //     applied when it decided, then lease ids; a renewal applied after that
 //     index cancels the expiry. Each lease's keys go in one revision.

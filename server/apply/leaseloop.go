@@ -105,65 +105,112 @@ func (a *Applier) RunLeaseLoop(ctx context.Context, cfg LeaseLoopConfig) {
 	}
 }
 
-// Renewal batching. Every keepalive is a raft entry's worth of promise, but
-// not a raft entry of its own: renewals proposed on this member within
-// renewBatchDelay (or until renewBatchMax of them) travel in one
-// KindLeaseRenew entry of (request id, lease id) pairs, so a keepalive storm
-// costs one raft entry, one log write and one apply iteration per batch
-// instead of per renewal. Each pair is applied, and answered, exactly as a
-// single renewal would be: the entry's index is every pair's renewal index.
+// Renewal batching. Every keepalive goes through raft, but not as a raft
+// entry of its own: renewals proposed on this member travel in
+// KindLeaseRenew entries of (request id, lease id) pairs. The batching is
+// adaptive: while fewer than renewMaxInFlight batches of this member await
+// their apply, a renewal is proposed at once (no added latency when idle);
+// otherwise renewals accumulate until a batch completes, the open batch
+// holds renewBatchMax pairs, or renewBatchMaxWait passes (so a batch lost
+// with a leader change cannot hold the others back). Under load a batch thus
+// holds every renewal that arrived during one commit round trip. Each pair is
+// applied, and answered, exactly as a single renewal would be: the entry's
+// index is every pair's renewal index.
 const (
-	renewBatchDelay = 500 * time.Microsecond
-	renewBatchMax   = 512
-	renewPairBytes  = 16
+	renewMaxInFlight  = 2
+	renewBatchMax     = 512
+	renewBatchMaxWait = 20 * time.Millisecond
+	renewPairBytes    = 16
 	// renewProposeTimeout bounds one batch's hand-off to raft (waiting for
 	// a leader included); every waiter also has its own deadline.
 	renewProposeTimeout = 2 * time.Second
 )
 
-// renewBatch is one KindLeaseRenew entry being filled; done is closed once
-// it was handed to raft (err says whether that failed).
+// renewBatch is one KindLeaseRenew entry. Fields other than done/err are
+// guarded by renewBatcher.mu; done is closed once the batch was handed to
+// raft (err says whether that failed).
 type renewBatch struct {
-	data []byte
-	done chan struct{}
-	err  error
+	data     []byte
+	waiting  int  // renewals in the batch whose Renew has not returned
+	proposed bool // taken out of the batcher (counted in inflight)
+	done     chan struct{}
+	err      error
 }
 
 type renewBatcher struct {
-	mu  sync.Mutex
-	cur *renewBatch
+	mu       sync.Mutex
+	cur      *renewBatch // open, not yet proposed
+	inflight int         // proposed batches with renewals still waiting
 }
 
-// enqueueRenew adds (reqID, leaseID) to the open batch and returns it.
-func (a *Applier) enqueueRenew(reqID uint64, leaseID int64) *renewBatch {
-	a.renews.mu.Lock()
+// takeLocked closes the open batch for proposing (renews.mu held).
+func (a *Applier) takeLocked() *renewBatch {
 	b := a.renews.cur
-	if b == nil {
-		b = &renewBatch{data: make([]byte, 1, 1+renewPairBytes*16), done: make(chan struct{})}
-		b.data[0] = KindLeaseRenew
-		a.renews.cur = b
-		time.AfterFunc(renewBatchDelay, func() { a.flushRenews(b) })
-	}
-	b.data = binary.BigEndian.AppendUint64(b.data, reqID)
-	b.data = binary.BigEndian.AppendUint64(b.data, uint64(leaseID))
-	full := (len(b.data)-1)/renewPairBytes >= renewBatchMax
-	a.renews.mu.Unlock()
-	if full {
-		go a.flushRenews(b)
+	a.renews.cur = nil
+	b.proposed = true
+	if b.waiting > 0 { // else every waiter gave up: nobody will call renewDone
+		a.renews.inflight++
 	}
 	return b
 }
 
-// flushRenews proposes batch b once (the timer and a full batch may both
-// ask for it).
-func (a *Applier) flushRenews(b *renewBatch) {
+// enqueueRenew adds (reqID, leaseID) to the open batch, proposes the batch
+// if the pipeline has room, and returns it. The caller must call renewDone
+// with it when it stops waiting.
+func (a *Applier) enqueueRenew(reqID uint64, leaseID int64) *renewBatch {
 	a.renews.mu.Lock()
-	if a.renews.cur != b {
+	b := a.renews.cur
+	if b == nil {
+		b = &renewBatch{data: make([]byte, 1, 1+renewPairBytes*8), done: make(chan struct{})}
+		b.data[0] = KindLeaseRenew
+		a.renews.cur = b
+	}
+	b.data = binary.BigEndian.AppendUint64(b.data, reqID)
+	b.data = binary.BigEndian.AppendUint64(b.data, uint64(leaseID))
+	b.waiting++
+	if a.renews.inflight < renewMaxInFlight || (len(b.data)-1)/renewPairBytes >= renewBatchMax {
+		a.takeLocked()
+		a.renews.mu.Unlock()
+		a.proposeRenews(b)
+		return b
+	}
+	if b.waiting == 1 {
+		time.AfterFunc(renewBatchMaxWait, func() {
+			a.renews.mu.Lock()
+			if a.renews.cur != b {
+				a.renews.mu.Unlock()
+				return
+			}
+			a.takeLocked()
+			a.renews.mu.Unlock()
+			a.proposeRenews(b)
+		})
+	}
+	a.renews.mu.Unlock()
+	return b
+}
+
+// renewDone records that one renewal of b stopped waiting; when the last
+// one does, b leaves the pipeline and the open batch may go.
+func (a *Applier) renewDone(b *renewBatch) {
+	a.renews.mu.Lock()
+	b.waiting--
+	if b.waiting > 0 || !b.proposed {
 		a.renews.mu.Unlock()
 		return
 	}
-	a.renews.cur = nil
+	a.renews.inflight--
+	var next *renewBatch
+	if a.renews.cur != nil && a.renews.inflight < renewMaxInFlight {
+		next = a.takeLocked()
+	}
 	a.renews.mu.Unlock()
+	if next != nil {
+		go a.proposeRenews(next)
+	}
+}
+
+func (a *Applier) proposeRenews(b *renewBatch) {
 	ctx, cancel := context.WithTimeout(context.Background(), renewProposeTimeout)
 	b.err = a.node.Propose(ctx, b.data)
 	cancel()

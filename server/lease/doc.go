@@ -2,8 +2,9 @@
 // leader-side clock that decides when they end.
 //
 // What is replicated (through raft, applied deterministically): grant, revoke,
-// renew (every keepalive is a raft entry, so an acknowledged renewal is on a
-// quorum before the client hears of it), checkpoints of remaining TTL, and
+// renew (every keepalive goes through raft — batched, many renewals to an
+// entry, each applied on its own — so an acknowledged renewal is on a quorum
+// before the client hears of it), checkpoints of remaining TTL, and
 // expiries. What is not replicated: deadlines. Each member keeps, on its own
 // monotonic clock, deadline = (time it applied the last grant/renew/checkpoint)
 // + remaining; only the leader acts on it, by proposing an expiry.

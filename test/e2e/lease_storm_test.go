@@ -267,8 +267,12 @@ func TestLeaseExpiryStorm(t *testing.T) {
 
 	loadMu.Lock()
 	t.Logf("put latency before the storm: %s", latencySummary(before))
-	t.Logf("put+linearizable get during the storm (%v, leader killed): %d ops, %d retried attempts, %s",
-		time.Since(stormStart).Round(time.Millisecond), loadOps, retries, latencySummary(during))
+	var busy time.Duration
+	for _, d := range during {
+		busy += d
+	}
+	t.Logf("put+linearizable get during the storm (%v, leader killed): %d ops (%v waiting on them), %d retried attempts, %s",
+		time.Since(stormStart).Round(time.Millisecond), loadOps, busy.Round(time.Millisecond), retries, latencySummary(during))
 	loadMu.Unlock()
 	if len(during) == 0 {
 		t.Error("no put+get completed during the storm")
