@@ -295,3 +295,23 @@ func (c *Cluster) Stop() {
 func (c *Cluster) RemoveData() error {
 	return os.RemoveAll(filepath.Join(c.Dir, "data"))
 }
+
+// KillEndpoint sends SIGKILL to the member serving the client URL ep and
+// waits for it to exit. It returns when the kill was sent.
+func (c *Cluster) KillEndpoint(ep string) (time.Time, error) {
+	for _, m := range c.members {
+		if m.clientURL != ep {
+			continue
+		}
+		if m.cmd == nil || m.cmd.Process == nil {
+			return time.Time{}, fmt.Errorf("member %s not running", m.name)
+		}
+		t := time.Now()
+		if err := m.cmd.Process.Kill(); err != nil {
+			return t, err
+		}
+		<-m.done
+		return t, nil
+	}
+	return time.Time{}, fmt.Errorf("no member serves %s", ep)
+}

@@ -188,7 +188,14 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 	s := sr.Suite
 	unit := c.Unit()
 	w("\n## %s\n\n", s.Title())
-	w("Target: %s. Primary metric: %s (median of runs); latencies are acquire latencies.\n\n", s.Target(), unit)
+	primary := unit
+	switch s.Primary() {
+	case suite.LatencyP50:
+		primary = "p50 latency (ratios: this row's p50 / the reference's; lower is better)"
+	case suite.LatencyP99:
+		primary = "p99 latency (ratios: this row's p99 / the reference's; lower is better)"
+	}
+	w("Target: %s. Primary metric: %s (median of runs). %s\n\n", s.Target(), primary, c.Note())
 	refs := c.Refs()
 	refMed := make([]suite.Result, len(refs))
 	refOK := make([]bool, len(refs))
@@ -200,7 +207,7 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 			}
 		}
 	}
-	w("| system · API | %s | acquire p50 (ms) | acquire p99 (ms) | errors | runs |", unit)
+	w("| system · API | %s | p50 (ms) | p99 (ms) | errors | runs |", unit)
 	for _, rf := range refs {
 		w(" %s |", rf.Column)
 	}
@@ -217,19 +224,31 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 		}
 		w("| %s | %.0f | %s | %s | %d | %s |", row.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs)
 		for i, rf := range refs {
-			if !refOK[i] || refMed[i].RPS == 0 || (row.Kind == rf.Kind && row.Variant == rf.Variant) {
+			if !refOK[i] || (row.Kind == rf.Kind && row.Variant == rf.Variant) {
 				w(" — |")
 				continue
 			}
-			w(" %.2f× |", m.RPS/refMed[i].RPS)
+			switch {
+			case s.Primary() == suite.LatencyP50 && refMed[i].P50 > 0:
+				w(" %.2f× |", float64(m.P50)/float64(refMed[i].P50))
+			case s.Primary() == suite.LatencyP99 && refMed[i].P99 > 0:
+				w(" %.2f× |", float64(m.P99)/float64(refMed[i].P99))
+			case s.Primary() == suite.Throughput && refMed[i].RPS > 0:
+				w(" %.2f× |", m.RPS/refMed[i].RPS)
+			default:
+				w(" — |")
+			}
 		}
 		w("\n")
 	}
-	w("\nIndividual runs (%s / acquire p50 ms [load average before the run]):", unit)
+	w("\nIndividual runs (%s / p50 ms / p99 ms [load average before the run]):", unit)
 	for _, row := range sr.Rows {
 		var parts []string
 		for _, x := range sr.Runs[row.Label] {
-			p := fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))
+			p := fmt.Sprintf("%.0f / %s / %s", x.RPS, ms(x.P50), ms(x.P99))
+			if x.Extra["note"] != "" {
+				p += " (" + x.Extra["note"] + ")"
+			}
 			if l := x.Extra["load"]; l != "" {
 				p += " [" + strings.Fields(l)[0] + "]"
 			}

@@ -55,6 +55,9 @@ func (s *LockBench) Title() string   { return s.Heading }
 func (s *LockBench) Target() string  { return s.Goal }
 func (s *LockBench) Primary() Metric { return Throughput }
 func (s *LockBench) Unit() string    { return "cycles/s" }
+func (s *LockBench) Note() string {
+	return "p50/p99 are acquire latencies (from calling Lock to holding the lock; with many clients on one lock that includes the queue wait)."
+}
 
 func (s *LockBench) Refs() []Ref {
 	return []Ref{

@@ -18,6 +18,7 @@ type Metric int
 const (
 	Throughput Metric = iota // higher req/s is better
 	LatencyP50               // lower p50 is better
+	LatencyP99               // lower p99 is better
 )
 
 // Mode selects the size of a run.
@@ -99,6 +100,7 @@ type Ref struct {
 type Comparer interface {
 	Refs() []Ref
 	Unit() string // e.g. "cycles/s"
+	Note() string // what p50/p99 measure
 }
 
 // All returns every suite in run order. Later families (locks, watch fan-out,
@@ -107,5 +109,7 @@ func All() []Suite {
 	var all []Suite
 	all = append(all, EtcdBenchSuites()...)
 	all = append(all, LockSuites()...)
+	all = append(all, WatchSuites()...)
+	all = append(all, FailoverSuites()...)
 	return all
 }
