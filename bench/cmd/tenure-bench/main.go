@@ -74,6 +74,16 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if *suites == "" && m == suite.Short { // long suites run in full mode or when named
+		var keep []suite.Suite
+		for _, s := range sel {
+			if f, ok := s.(suite.FullOnly); ok && f.FullOnly() {
+				continue
+			}
+			keep = append(keep, s)
+		}
+		sel = keep
+	}
 	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
 	bin := abs(*binDir)
 	tools := suite.Tools{Benchmark: filepath.Join(bin, "benchmark"), Etcdctl: filepath.Join(bin, "etcdctl")}

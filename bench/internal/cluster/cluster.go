@@ -152,25 +152,11 @@ func start(ctx context.Context, sys System, dir string, o Options) (*Cluster, er
 		if o.LogLevel != "" {
 			args = append(args, "--log-level="+o.LogLevel)
 		}
-		lf, err := os.Create(m.logPath)
-		if err != nil {
+		m.args = args
+		if err := c.launch(m, os.O_CREATE|os.O_TRUNC|os.O_WRONLY); err != nil {
+			c.Stop()
 			return nil, err
 		}
-		m.args = args
-		m.cmd = exec.Command(sys.Bin, args...)
-		m.cmd.Stdout, m.cmd.Stderr = lf, lf
-		m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := m.cmd.Start(); err != nil {
-			lf.Close()
-			c.Stop()
-			return nil, fmt.Errorf("start %s %s: %w", sys.Label, m.name, err)
-		}
-		m.done = make(chan struct{})
-		go func(m *member, lf *os.File) {
-			m.waitErr = m.cmd.Wait()
-			lf.Close()
-			close(m.done)
-		}(m, lf)
 	}
 	if err := c.WaitReady(ctx, o.ReadyTimeout); err != nil {
 		c.Stop()
@@ -314,4 +300,87 @@ func (c *Cluster) KillEndpoint(ep string) (time.Time, error) {
 		return t, nil
 	}
 	return time.Time{}, fmt.Errorf("no member serves %s", ep)
+}
+
+func (c *Cluster) launch(m *member, flags int) error {
+	lf, err := os.OpenFile(m.logPath, flags, 0o644)
+	if err != nil {
+		return err
+	}
+	m.cmd = exec.Command(c.Sys.Bin, m.args...)
+	m.cmd.Stdout, m.cmd.Stderr = lf, lf
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := m.cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("start %s %s: %w", c.Sys.Label, m.name, err)
+	}
+	m.done = make(chan struct{})
+	go func(m *member, lf *os.File) {
+		m.waitErr = m.cmd.Wait()
+		lf.Close()
+		close(m.done)
+	}(m, lf)
+	return nil
+}
+
+// Restart stops every member (SIGTERM, SIGKILL after 3 s), starts them again
+// with the same flags and data, and waits until ready. It returns the time
+// from the start of the processes until the cluster is ready.
+func (c *Cluster) Restart(ctx context.Context, timeout time.Duration) (time.Duration, error) {
+	c.Stop()
+	t := time.Now()
+	for _, m := range c.members {
+		if err := c.launch(m, os.O_CREATE|os.O_APPEND|os.O_WRONLY); err != nil {
+			return 0, err
+		}
+	}
+	if err := c.WaitReady(ctx, timeout); err != nil {
+		return 0, err
+	}
+	return time.Since(t), nil
+}
+
+// RSS returns the members' resident set sizes in bytes (VmRSS), member order.
+func (c *Cluster) RSS() ([]int64, error) {
+	var out []int64
+	for _, m := range c.members {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid))
+		if err != nil {
+			return nil, err
+		}
+		var kb int64
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "VmRSS:") {
+				fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
+			}
+		}
+		out = append(out, kb*1024)
+	}
+	return out, nil
+}
+
+// DiskUsage returns the bytes under each member's data dir, member order.
+func (c *Cluster) DiskUsage() ([]int64, error) {
+	var out []int64
+	for _, m := range c.members {
+		var n int64
+		err := filepath.Walk(m.dataDir, func(_ string, fi os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			if !fi.IsDir() {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					n += st.Blocks * 512 // allocated, as du
+				} else {
+					n += fi.Size()
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }

@@ -111,5 +111,6 @@ func All() []Suite {
 	all = append(all, LockSuites()...)
 	all = append(all, WatchSuites()...)
 	all = append(all, FailoverSuites()...)
+	all = append(all, BigDataSuites()...)
 	return all
 }
