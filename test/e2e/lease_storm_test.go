@@ -34,6 +34,9 @@ func TestLeaseExpiryStorm(t *testing.T) {
 		ttl    = 20 // seconds; longer than granting 10,000 leases takes
 		prefix = "/storm/"
 		opTime = 5 * time.Second // the server's request timeout
+		// attemptTime: a put forwarded to the leader that is then killed is
+		// lost, and the server answers it only at its request timeout.
+		attemptTime = 1500 * time.Millisecond
 	)
 	c := start(t, cluster.Options{ExtraArgs: []string{fmt.Sprintf("--lease-expiry-rate=%d", rate)}})
 	ctx := testCtx(t, 170*time.Second)
@@ -144,8 +147,11 @@ func TestLeaseExpiryStorm(t *testing.T) {
 	before := putLatencies(t, ctx, cli, "/storm-load/before/", 200, opTime)
 
 	// 5. During the storm: puts and linearizable gets in a loop on the
-	// survivor; kill the leader once a fifth of the leases are gone.
-	loadCtx, stopLoad := context.WithCancel(ctx)
+	// survivor; kill the leader once a fifth of the leases are gone. Each
+	// put+get must succeed within opTime; an attempt lost with the killed
+	// leader is retried after attemptTime (counted and logged). The last
+	// op in flight when the storm ends is finished and checked too.
+	var stopLoad atomic.Bool
 	var (
 		loadMu     sync.Mutex
 		during     []time.Duration
@@ -164,9 +170,9 @@ func TestLeaseExpiryStorm(t *testing.T) {
 	stormStart = time.Now()
 	go func() {
 		defer close(loadDone)
-		for i := 0; loadCtx.Err() == nil; i++ {
+		for i := 0; !stopLoad.Load(); i++ {
 			key := fmt.Sprintf("/storm-load/during/%06d", i)
-			d, r, err := untilOK(loadCtx, opTime, func(octx context.Context) error {
+			d, r, err := untilOK(ctx, opTime, attemptTime, func(octx context.Context) error {
 				if _, err := cli.Put(octx, key, "v"); err != nil {
 					return err
 				}
@@ -178,15 +184,13 @@ func TestLeaseExpiryStorm(t *testing.T) {
 			})
 			loadMu.Lock()
 			retries += r
-			if err != nil && loadCtx.Err() == nil {
+			if err != nil {
 				loadErr = fmt.Errorf("put+get %s: %v (not done within %v)", key, err, opTime)
 				loadMu.Unlock()
 				return
 			}
-			if err == nil {
-				during = append(during, d)
-				loadOps++
-			}
+			during = append(during, d)
+			loadOps++
 			loadMu.Unlock()
 		}
 	}()
@@ -210,7 +214,7 @@ func TestLeaseExpiryStorm(t *testing.T) {
 		}
 		return nil
 	})
-	stopLoad()
+	stopLoad.Store(true)
 	<-loadDone
 	<-watchDone
 	if loadErr != nil {
@@ -335,15 +339,19 @@ func renewBurst(t *testing.T, ctx context.Context, c *cluster.Cluster, ids []cli
 	}
 }
 
-// untilOK runs op with per-attempt deadlines until it succeeds or budget
-// passes; it returns the total time, the number of failed attempts and the
-// last error.
-func untilOK(ctx context.Context, budget time.Duration, op func(context.Context) error) (time.Duration, int, error) {
+// untilOK runs op with per-attempt deadlines (attempt, and never past
+// budget) until it succeeds or budget passes; it returns the total time, the
+// number of failed attempts and the last error.
+func untilOK(ctx context.Context, budget, attempt time.Duration, op func(context.Context) error) (time.Duration, int, error) {
 	start := time.Now()
 	deadline := start.Add(budget)
 	retries := 0
 	for {
-		actx, cancel := context.WithDeadline(ctx, deadline)
+		ad := time.Now().Add(attempt)
+		if ad.After(deadline) {
+			ad = deadline
+		}
+		actx, cancel := context.WithDeadline(ctx, ad)
 		err := op(actx)
 		cancel()
 		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
