@@ -173,16 +173,20 @@ func (p *Proxy) Accepted() int {
 }
 
 // pass reports whether a chunk of pc's data in direction d is forwarded,
-// and its delay. When the chunk is dropped, pc
-// is marked tainted under the same lock, so that a Heal either sees the taint
-// (and closes pc) or happened before the decision (and the chunk passes).
-// Deciding and marking separately let a Heal slip in between: the chunk was
-// dropped, pc stayed open, and its peer silently missed whole frames (a
-// gRPC watch stream losing responses with no error).
+// and its delay. When the chunk is dropped, pc is marked tainted under the
+// same lock, so that a Heal either sees the taint (and closes pc) or
+// happened before the decision (and the chunk passes). Once the link is
+// healed, a tainted pc forwards nothing more: Heal closes it after lifting
+// the fault, and data forwarded in between would reach a peer that silently
+// missed whole frames before it (a gRPC watch stream delivering the events
+// after a gap, then resuming after them on the next connection).
 func (p *Proxy) pass(pc *pconn, d Direction) (ok bool, delay time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	ok = p.dir == Both || p.dir == d
+	if ok && pc.tainted && p.dir == Both {
+		ok = false // healed: pc lost data and is being closed
+	}
 	if !ok {
 		pc.tainted = true
 		return false, 0

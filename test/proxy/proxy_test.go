@@ -113,3 +113,32 @@ func TestMuxPerSource(t *testing.T) {
 		t.Fatalf("healed: %q %v", got, err)
 	}
 }
+
+// TestTaintedConnectionForwardsNothingAfterHeal: a connection that lost a
+// chunk while faulted never forwards again once the fault is lifted (Heal
+// closes it just after): bytes after a gap would reach a peer whose framing
+// silently skipped whole messages.
+func TestTaintedConnectionForwardsNothingAfterHeal(t *testing.T) {
+	p := newProxy("127.0.0.1:1")
+	lost, clean := &pconn{}, &pconn{}
+	p.Blackhole()
+	if ok, _ := p.pass(lost, Backward); ok || !lost.tainted {
+		t.Fatalf("blackholed chunk: forwarded %v, tainted %v", ok, lost.tainted)
+	}
+	// the fault is lifted; Heal has not closed the connection yet
+	p.SetDirection(Both)
+	if ok, _ := p.pass(lost, Backward); ok {
+		t.Fatal("a tainted connection forwarded data after the fault was lifted")
+	}
+	if ok, _ := p.pass(clean, Backward); !ok {
+		t.Fatal("a clean connection did not forward after the fault was lifted")
+	}
+	// a one-way fault keeps forwarding its open direction on a tainted connection
+	p.OneWay(Forward)
+	if ok, _ := p.pass(lost, Forward); !ok {
+		t.Fatal("one-way: the open direction of a tainted connection did not forward")
+	}
+	if ok, _ := p.pass(lost, Backward); ok {
+		t.Fatal("one-way: the closed direction forwarded")
+	}
+}
