@@ -170,6 +170,7 @@ func newServeCmd(a *app) *cobra.Command {
 			for _, n := range clientFlagNames {
 				known[envName(n)] = true
 			}
+			known["TENURE_FAILPOINTS"] = true // read by server/failpoint (crash tests)
 			warnings = append(warnings, unknownEnv(a.environ(), known)...)
 
 			lg, err := server.NewLogger(cfg.LogLevel, cfg.LogFormat, a.stderr)

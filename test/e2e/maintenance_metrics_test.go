@@ -113,7 +113,12 @@ func TestMetricsHealthAndSlowSync(t *testing.T) {
 	})
 
 	// The failpoint stalled one disk sync of member 0 for 150 ms.
+	// The failpoint fires on member 0's 30th raft write; keep writing until
+	// it has (how many writes the cluster made so far depends on timing).
 	eventually(t, 20*time.Second, "slow fdatasync logged", func() error {
+		if _, err := cli.Put(ctx, "m/drive", "x"); err != nil {
+			return err
+		}
 		b, err := os.ReadFile(c.Members[0].LogPath)
 		if err != nil {
 			return err
