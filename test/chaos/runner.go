@@ -250,7 +250,10 @@ func (r *run) finish() Result {
 	total := 0
 	for k, v := range r.faults {
 		res.Faults[k] = v
-		if k != "restart" {
+		switch k {
+		case "restart", "failpoint-not-hit", "lincheck-inconclusive", "external-stop":
+			// consequences of faults and notes, not faults
+		default:
 			total += v
 		}
 	}
