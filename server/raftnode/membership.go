@@ -136,16 +136,34 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 		delete(n.ccWaiters, id)
 		n.ccMu.Unlock()
 	}()
+	// Raft silently replaces a conf change with an empty entry while an
+	// earlier one may be unapplied — which is always true for a leader that
+	// has just been elected (e.g. right after RemoveMember handed leadership
+	// away). Idempotent changes are therefore proposed again, same Id, every
+	// election timeout until one is applied (found by the chaos soak:
+	// removing the leader timed out). Others are proposed once.
+	var retry <-chan time.Time
+	if cc.GetType() == raftpb.ConfChangeRemoveNode {
+		t := time.NewTicker(n.cfg.TickInterval * time.Duration(n.cfg.ElectionTicks))
+		defer t.Stop()
+		retry = t.C
+	}
 	if err := n.rn.ProposeConfChange(ctx, cc); err != nil {
 		return n.mapErr(ctx, err)
 	}
-	select {
-	case err := <-c:
-		return err
-	case <-ctx.Done():
-		return n.mapErr(ctx, ctx.Err())
-	case <-n.stopc:
-		return ErrStopped
+	for {
+		select {
+		case err := <-c:
+			return err
+		case <-retry:
+			if err := n.rn.ProposeConfChange(ctx, cc); err != nil {
+				return n.mapErr(ctx, err)
+			}
+		case <-ctx.Done():
+			return n.mapErr(ctx, ctx.Err())
+		case <-n.stopc:
+			return ErrStopped
+		}
 	}
 }
 
