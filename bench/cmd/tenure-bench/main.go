@@ -50,6 +50,7 @@ func run() error {
 		mainRepo = flag.String("repo", "..", "main repository, for the commit recorded in the report")
 		runTO    = flag.Duration("run-timeout", 5*time.Minute, "limit for one suite run against one system (cluster start included)")
 		others   = flag.String("others", "zookeeper,redis,postgres", "other reference systems for the suites that support them (lock suites): comma-separated zookeeper, redis, postgres, or none")
+		variants = flag.String("variants", "", "comma-separated variants to run on suites that have them (e.g. Mutex,v3lock); default all")
 		pgDSN    = flag.String("pg-dsn", cluster.DefaultPostgresDSN, "PostgreSQL for the postgres reference")
 	)
 	flag.Parse()
@@ -156,10 +157,20 @@ func run() error {
 			"The 1-client suites pass --target-leader so every run talks to the leader (no leader/follower lottery between runs)."},
 	}
 	results := map[string]*report.SuiteResult{}
+	if *variants != "" {
+		want := map[string]bool{}
+		for _, v := range strings.Split(*variants, ",") {
+			want[strings.TrimSpace(v)] = true
+		}
+		variantOK = func(v string) bool { return v == "" || want[v] }
+	}
 	for _, s := range sel {
 		sr := &report.SuiteResult{Suite: s, Runs: map[string][]suite.Result{}, Failures: map[string][]string{}, Commands: map[string]string{}}
 		for _, sys := range systems {
 			for _, v := range suite.VariantsOf(s, sys.Kind) {
+				if !variantOK(v) {
+					continue
+				}
 				sr.Rows = append(sr.Rows, report.Row{Label: rowLabel(sys, v), System: sys.Label, Kind: sys.Kind, Variant: v})
 			}
 		}
@@ -177,6 +188,9 @@ func run() error {
 			}
 			for _, sys := range order {
 				for _, variant := range suite.VariantsOf(s, sys.Kind) {
+					if !variantOK(variant) {
+						continue
+					}
 					label := rowLabel(sys, variant)
 					if ctx.Err() != nil {
 						return ctx.Err()
@@ -237,6 +251,9 @@ func run() error {
 	logf("wrote %s (%s)", *out, rep.End.Sub(start).Round(time.Second))
 	return nil
 }
+
+// variantOK filters variants (-variants).
+var variantOK = func(string) bool { return true }
 
 // rowLabel names a result row: the system, and the variant if any.
 func rowLabel(sys cluster.System, variant string) string {
