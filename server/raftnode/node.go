@@ -396,8 +396,13 @@ func (n *Node) readyLoop() {
 			// them (raft tracks its own match index through Advance).
 			n.send(rd.Messages)
 		}
+		// Only a Ready that persists something is a durability step: the
+		// failpoints and the sync timing count exactly those.
+		persists := rd.HardState != nil || len(rd.Entries) > 0 || !raft.IsEmptySnap(rd.Snapshot)
 		syncStart := time.Now()
-		failpoint.Hit(failpoint.RaftBeforeSave)
+		if persists {
+			failpoint.Hit(failpoint.RaftBeforeSave)
+		}
 		var err error
 		mustSync := len(rd.Entries) > 0
 		if hs := rd.HardState; hs != nil && (hs.GetTerm() != n.savedHS.GetTerm() || hs.GetVote() != n.savedHS.GetVote()) {
@@ -412,10 +417,10 @@ func (n *Node) readyLoop() {
 			go n.Stop()
 			return
 		}
-		if rd.HardState != nil || len(rd.Entries) > 0 || !raft.IsEmptySnap(rd.Snapshot) {
+		if persists {
 			n.observeSync(syncStart, len(rd.Entries))
+			failpoint.Hit(failpoint.RaftAfterSave)
 		}
-		failpoint.Hit(failpoint.RaftAfterSave)
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			if err := n.ms.ApplySnapshot(rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
 				n.log.Error("apply snapshot to memory storage", "err", err)
