@@ -203,10 +203,10 @@ func run() error {
 					dir := filepath.Join(runDir, fmt.Sprintf("r%d-%s-%s", r+1, s.ID(), slug(label)))
 					load := machine.LoadAvg()
 					to := *runTO
-				if f, ok := s.(suite.FullOnly); ok && f.FullOnly() {
-					to = max(to, 30*time.Minute) // loading 1M keys takes minutes
-				}
-				res, cmds, err := runOne(ctx, to, sys, variant, s, opts, dir, tools, m, *keep)
+					if f, ok := s.(suite.FullOnly); ok && f.FullOnly() {
+						to = max(to, 30*time.Minute) // loading 1M keys takes minutes
+					}
+					res, cmds, err := runOne(ctx, to, sys, variant, s, opts, dir, tools, m, *keep)
 					sr := results[s.ID()]
 					if len(cmds) > 0 {
 						rep.ClusterCommands[sys.Label] = cmds
