@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -493,6 +494,14 @@ func (s *Server) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.Mem
 func (s *Server) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
+	if r.ID == s.cfg.Node.ID() {
+		// A member removing itself may never apply its own removal: once the
+		// leader has applied it, it stops replicating to the removed member.
+		// Another member, which stays, proposes it and sees it applied.
+		if resp, err, ok := s.forwardRemove(ctx, r); ok {
+			return resp, err
+		}
+	}
 	ms, err := s.cfg.Node.RemoveMember(ctx, r.ID)
 	if err != nil {
 		return nil, ToGRPC(err)
@@ -565,6 +574,51 @@ func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest)
 		}
 	}
 	return nil, rpctypes.ErrGRPCNotLeader
+}
+
+// forwardRemove sends a MemberRemove to another member's plaintext client
+// URL (the leader when that is another member). ok is false when no other
+// member could be asked, and the caller proposes the removal itself.
+func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error, bool) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		return nil, nil, false
+	}
+	self := s.cfg.Node.ID()
+	lead, _ := s.cfg.Node.LeaderTerm()
+	members := s.cfg.Node.Members()
+	slices.SortStableFunc(members, func(a, b raftnode.Member) int { // the leader first
+		return cmpBool(b.ID == lead, a.ID == lead)
+	})
+	for _, m := range members {
+		if m.ID == self || m.IsLearner {
+			continue
+		}
+		for _, raw := range m.ClientURLs {
+			u, err := url.Parse(raw)
+			if err != nil || u.Scheme != "http" {
+				continue
+			}
+			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				continue
+			}
+			resp, err := pb.NewClusterClient(conn).MemberRemove(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
+			_ = conn.Close()
+			return resp, err, true
+		}
+	}
+	return nil, nil, false
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
+	}
 }
 
 // The Maintenance service is in maintenance.go.
