@@ -559,21 +559,28 @@ func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest)
 		if m.ID != lead {
 			continue
 		}
-		for _, raw := range m.ClientURLs {
-			u, err := url.Parse(raw)
-			if err != nil || u.Scheme != "http" {
-				continue
-			}
-			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				continue
-			}
+		if conn := dialMember(m); conn != nil {
 			resp, err := pb.NewClusterClient(conn).MemberPromote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
 			_ = conn.Close()
 			return resp, err
 		}
 	}
 	return nil, rpctypes.ErrGRPCNotLeader
+}
+
+// dialMember connects to m's first plaintext client URL (nil if it has none):
+// requests this member cannot complete itself are forwarded there.
+func dialMember(m raftnode.Member) *grpc.ClientConn {
+	for _, raw := range m.ClientURLs {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" {
+			continue
+		}
+		if conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
+			return conn
+		}
+	}
+	return nil
 }
 
 // forwardRemove sends a MemberRemove to another member's plaintext client
@@ -593,15 +600,7 @@ func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (
 		if m.ID == self || m.IsLearner {
 			continue
 		}
-		for _, raw := range m.ClientURLs {
-			u, err := url.Parse(raw)
-			if err != nil || u.Scheme != "http" {
-				continue
-			}
-			conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				continue
-			}
+		if conn := dialMember(m); conn != nil {
 			resp, err := pb.NewClusterClient(conn).MemberRemove(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
 			_ = conn.Close()
 			return resp, err, true
