@@ -37,11 +37,8 @@ func newGetCmd(a *app, g *globalFlags) *cobra.Command {
 		Long: "Get the key KEY, or the keys in [KEY, RANGE_END), or with --prefix every key starting with KEY.\n" +
 			"Prints each key and value on its own line (-w simple) or the response (-w json).",
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 1 || len(args) > 2 {
-				return usageError("get command needs one argument as key and an optional argument as range_end, got %d arguments", len(args))
-			}
-			if prefix && len(args) == 2 {
-				return usageError("get command takes no range_end argument with --prefix")
+			if err := checkKeyRangeArgs("get", args, prefix); err != nil {
+				return err
 			}
 			if rev < 0 {
 				return usageError("--rev: must be >= 0, got %d", rev)
@@ -52,13 +49,7 @@ func newGetCmd(a *app, g *globalFlags) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var opts []clientv3.OpOption
-			if len(args) == 2 {
-				opts = append(opts, clientv3.WithRange(args[1]))
-			}
-			if prefix {
-				opts = append(opts, clientv3.WithPrefix())
-			}
+			opts := keyRangeOpts(args, prefix)
 			if rev > 0 {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
@@ -147,22 +138,13 @@ func newDelCmd(a *app, g *globalFlags) *cobra.Command {
 		Short: "Delete a key or a range of keys",
 		Long:  "Delete KEY, or the keys in [KEY, RANGE_END), or with --prefix every key starting with KEY. Prints the number deleted.",
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 1 || len(args) > 2 {
-				return usageError("del command needs one argument as key and an optional argument as range_end, got %d arguments", len(args))
-			}
-			if prefix && len(args) == 2 {
-				return usageError("del command takes no range_end argument with --prefix")
+			if err := checkKeyRangeArgs("del", args, prefix); err != nil {
+				return err
 			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var opts []clientv3.OpOption
-			if len(args) == 2 {
-				opts = append(opts, clientv3.WithRange(args[1]))
-			}
-			if prefix {
-				opts = append(opts, clientv3.WithPrefix())
-			}
+			opts := keyRangeOpts(args, prefix)
 			c, err := g.newClient()
 			if err != nil {
 				return err
@@ -195,11 +177,8 @@ func newWatchCmd(a *app, g *globalFlags) *cobra.Command {
 		Long: "Watch KEY (or [KEY, RANGE_END), or with --prefix every key starting with KEY), from revision --rev\n" +
 			"if given. Prints each event as its type (PUT or DELETE), key and value. Stops on Ctrl-C.",
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) < 1 || len(args) > 2 {
-				return usageError("watch command needs one argument as key and an optional argument as range_end, got %d arguments", len(args))
-			}
-			if prefix && len(args) == 2 {
-				return usageError("watch command takes no range_end argument with --prefix")
+			if err := checkKeyRangeArgs("watch", args, prefix); err != nil {
+				return err
 			}
 			if rev < 0 {
 				return usageError("--rev: must be >= 0, got %d", rev)
@@ -207,13 +186,7 @@ func newWatchCmd(a *app, g *globalFlags) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var opts []clientv3.OpOption
-			if len(args) == 2 {
-				opts = append(opts, clientv3.WithRange(args[1]))
-			}
-			if prefix {
-				opts = append(opts, clientv3.WithPrefix())
-			}
+			opts := keyRangeOpts(args, prefix)
 			if rev > 0 {
 				opts = append(opts, clientv3.WithRev(rev))
 			}
@@ -308,4 +281,28 @@ func newCompactCmd(a *app, g *globalFlags) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&physical, "physical", false, "wait until the compaction is physically applied to the store")
 	return cmd
+}
+
+// checkKeyRangeArgs validates the "KEY [RANGE_END] [--prefix]" arguments
+// shared by get, del and watch.
+func checkKeyRangeArgs(command string, args []string, prefix bool) error {
+	if len(args) < 1 || len(args) > 2 {
+		return usageError("%s command needs one argument as key and an optional argument as range_end, got %d arguments", command, len(args))
+	}
+	if prefix && len(args) == 2 {
+		return usageError("%s command takes no range_end argument with --prefix", command)
+	}
+	return nil
+}
+
+// keyRangeOpts turns those arguments into clientv3 options.
+func keyRangeOpts(args []string, prefix bool) []clientv3.OpOption {
+	var opts []clientv3.OpOption
+	if len(args) == 2 {
+		opts = append(opts, clientv3.WithRange(args[1]))
+	}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	return opts
 }
