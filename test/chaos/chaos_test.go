@@ -7,6 +7,13 @@ import (
 	"time"
 )
 
+// TestMain lets the test binary serve as a run's helper processes too (it
+// re-executes itself with TENURE_CHAOS_ROLE set; see procs.go).
+func TestMain(m *testing.M) {
+	runRoleFromEnv()
+	os.Exit(m.Run())
+}
+
 // TestChaosShort is the CI entry: a short seeded run (TENURE_CHAOS_SEED,
 // TENURE_CHAOS_DURATION override the defaults). go test -short skips it.
 func TestChaosShort(t *testing.T) {

@@ -3,396 +3,381 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
-	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
-	"go.uber.org/zap"
 
-	"github.com/tenure-io/tenure/api/tenurev1"
 	"github.com/tenure-io/tenure/test/proxy"
 )
 
-// locks: N clients take one lock and, holding it, do an increment at a
+// locks: lock clients take one lock and, holding it, do an increment at a
 // fenced resource that remembers the highest token it has seen and rejects
-// lower ones. The token is the lock key's create revision. The clients take
-// the same lock through three APIs that share its queue (client id modulo
-// 3): clientv3's concurrency.Mutex, etcd's v3lock service, and tenure.v1
-// Locks.Lock (which returns the token; the others read the key). A service
-// client whose Lock fails drops its lease, since its key may still be queued.
+// lower ones. The token is the lock key's create revision. Everything but
+// the harness is a real process: the resource (resource.go) and every lock
+// client (lockclient.go) are this executable started again in another role.
+// The clients take the same lock through three APIs that share its queue,
+// (client id + acquisition number) modulo 3: clientv3's concurrency.Mutex,
+// etcd's v3lock service, and tenure.v1 Locks.Lock (which returns the token;
+// the others read the key).
 //
-// Each lock client talks to the cluster through its own proxies (chained in
-// front of the members' client proxies). A client "pause" is the GC pause
-// of the article, done honestly for an in-process client: the goroutine
-// stops doing anything and its proxies are blackholed, so its keepalives
-// stop too; it resumes after longer than its lease and then tries its write
-// with the token it had — the resource must reject it if a newer owner has
-// written since.
+// Each lock client talks to the cluster through its own proxies in the
+// harness (chained in front of the members' client proxies), and reports
+// its acquisitions and effects as JSON lines. The GC pause of the article is
+// real: after an acquisition, before the client's write, the scheduler of
+// this workload sometimes SIGSTOPs the client process — every thread,
+// keepalives included — for longer than its lease TTL plus a margin, then
+// SIGCONTs it; the client then does its write with the token it had. The
+// resource must reject it if a newer owner has written since. Which
+// acquisitions are paused follows from the seed (and one pause is forced
+// early in every run), the rest of the interleaving from the machine.
+// These pauses count as the fault "clientpause".
 //
 // Checks: tokens of distinct acquisitions are distinct; an acquisition that
 // completed before another started has the smaller token (tokens increase
-// in real time); the accepted effects' tokens never decrease and the
-// resource count equals the accepted effects; a paused client whose lease
-// expired and whose lock was taken by a newer owner that wrote never lands
-// its write.
+// in real time; all processes stamp CLOCK_MONOTONIC); the accepted effects'
+// tokens never decrease in the resource's order; the resource's count
+// equals its accepted effects and the effects the clients were told were
+// accepted (each one reported exactly once; effects of unknown outcome
+// bound the difference); every reported answer is the resource's; a paused
+// client whose lock was taken by a newer owner that wrote never lands its
+// write; the lock service never answers with another waiter's key; lock
+// clients never die on their own and every one makes progress.
 type locks struct {
 	r        *run
 	seed     uint64
 	nclients int
 	ttl      int
+	name     string
+
+	resource *child
+	rc       *resourceClient
+	clients  []*child
+	proxies  [][]*proxy.Proxy
+	off      time.Duration // run time = CLOCK_MONOTONIC + off
+	pauseMu  sync.Mutex    // one paused client at a time
+	// answering is read-held from an acquisition's report to the answer
+	// (through a pause); the stop write-holds it to close the clients'
+	// stdin, so that a paused client is resumed and writes before it is
+	// told to stop.
+	answering sync.RWMutex
 
 	mu       sync.Mutex
-	acqs     []acquisition
-	res      fencedResource
+	acqs     map[[2]int]*acquisition // by (client, n)
+	reported []lcReport              // effects, as the clients reported them
 	paused   int
-	pausedOK int // paused writes accepted (no newer owner had written)
-	pausedNo int // paused writes rejected
-	lost     int // lock key gone before the write
-	proxies  [][]*proxy.Proxy
+	pausedOK int          // paused writes accepted (no newer owner had written)
+	pausedNo int          // paused writes rejected
+	expired  int          // pauses at whose end the client's lease was gone
+	lost     int          // lock key gone before the write
+	exits    map[int]bool // clients that reported their clean exit
+	killed   map[int]bool // clients killed at the end without a clean exit
+	ok       bool         // the processes started
 }
 
-// acquisition is one successful lock grant as a client saw it.
+// acquisition is one successful lock grant as a client saw it (times in
+// run time).
 type acquisition struct {
 	Client  int           `json:"client"`
+	N       int           `json:"n"`
 	API     string        `json:"api"`
 	Token   int64         `json:"token"`
+	Lease   int64         `json:"lease"`
 	Call    time.Duration `json:"call"`
 	Got     time.Duration `json:"got"`
-	Paused  bool          `json:"paused"`
-	Written string        `json:"written"` // accepted, rejected, lost, error
+	Paused  time.Duration `json:"paused,omitempty"` // SIGSTOP held this long before the write
+	Written string        `json:"written"`          // accepted, rejected, error, skipped, lost ("" = never reported)
+	Seq     int64         `json:"seq,omitempty"`    // the resource's order of the write
 }
-
-// fencedResource is the "small resource" of the article: it applies an
-// increment only if the token is at least the highest it has seen.
-type fencedResource struct {
-	mu       sync.Mutex
-	highest  int64
-	count    int
-	accepted []effect
-	rejected []effect
-}
-
-type effect struct {
-	Client int           `json:"client"`
-	Token  int64         `json:"token"`
-	At     time.Duration `json:"at"`
-}
-
-func (f *fencedResource) increment(e effect) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if e.Token < f.highest {
-		f.rejected = append(f.rejected, e)
-		return false
-	}
-	f.highest = e.Token
-	f.count++
-	f.accepted = append(f.accepted, e)
-	return true
-}
-
-// lockerFactory makes a lock for one client session. Three APIs take the
-// same lock (one queue: the keys <name>/<lease hex>): clientv3's Mutex (the
-// plain-KV recipe), etcd's v3lock service and Tenure's native tenure.v1
-// Locks service.
-type lockerFactory func(cli *clientv3.Client, s *concurrency.Session, name string) heldLock
-
-type heldLock interface {
-	Lock(ctx context.Context) error
-	Unlock(ctx context.Context) error
-	Key() string
-	// Token is the fencing token the lock API returned with the grant, 0
-	// when it returns none (the client then reads the key's create
-	// revision).
-	Token() int64
-	// Service: the lock is held through a server-side lock service; a
-	// failed Lock may leave the waiter's key queued under the session's
-	// lease, so the client drops the session.
-	Service() bool
-}
-
-type mutexLock struct{ *concurrency.Mutex }
-
-func (mutexLock) Token() int64  { return 0 }
-func (mutexLock) Service() bool { return false }
-
-func mutexLocker(_ *clientv3.Client, s *concurrency.Session, name string) heldLock {
-	return mutexLock{concurrency.NewMutex(s, name)}
-}
-
-// v3Lock takes the lock through etcd's v3lock service.
-type v3Lock struct {
-	lc    v3lockpb.LockClient
-	name  string
-	lease clientv3.LeaseID
-	key   string
-}
-
-func v3lockLocker(cli *clientv3.Client, s *concurrency.Session, name string) heldLock {
-	return &v3Lock{lc: v3lockpb.NewLockClient(cli.ActiveConnection()), name: name, lease: s.Lease()}
-}
-
-func (l *v3Lock) Lock(ctx context.Context) error {
-	resp, err := l.lc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte(l.name), Lease: int64(l.lease)})
-	if err != nil {
-		return err
-	}
-	l.key = string(resp.Key)
-	if want := waiterKey(l.name, l.lease); l.key != want {
-		return fmt.Errorf("%w: v3lock granted key %q to the lease of %q", errWrongKey, l.key, want)
-	}
-	return nil
-}
-
-func (l *v3Lock) Unlock(ctx context.Context) error {
-	_, err := l.lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: []byte(l.key)})
-	return err
-}
-
-func (l *v3Lock) Key() string   { return l.key }
-func (l *v3Lock) Token() int64  { return 0 }
-func (l *v3Lock) Service() bool { return true }
-
-// nativeLock takes the lock through tenure.v1 Locks, which returns the
-// fencing token with the grant.
-type nativeLock struct {
-	lc    tenurev1.LocksClient
-	name  string
-	lease clientv3.LeaseID
-	key   string
-	token int64
-}
-
-func nativeLocker(cli *clientv3.Client, s *concurrency.Session, name string) heldLock {
-	return &nativeLock{lc: tenurev1.NewLocksClient(cli.ActiveConnection()), name: name, lease: s.Lease()}
-}
-
-func (l *nativeLock) Lock(ctx context.Context) error {
-	resp, err := l.lc.Lock(ctx, &tenurev1.LockRequest{Name: []byte(l.name), Lease: int64(l.lease)})
-	if err != nil {
-		return err
-	}
-	l.key, l.token = string(resp.Key), resp.Token
-	if want := waiterKey(l.name, l.lease); l.key != want || l.token <= 0 {
-		return fmt.Errorf("%w: tenure.v1 Lock granted key %q token %d to the lease of %q", errWrongKey, l.key, l.token, want)
-	}
-	return nil
-}
-
-func (l *nativeLock) Unlock(ctx context.Context) error {
-	_, err := l.lc.Unlock(ctx, &tenurev1.UnlockRequest{Name: []byte(l.name), Lease: int64(l.lease), Token: l.token})
-	return err
-}
-
-func (l *nativeLock) Key() string   { return l.key }
-func (l *nativeLock) Token() int64  { return l.token }
-func (l *nativeLock) Service() bool { return true }
-
-var errWrongKey = errors.New("lock service answered with another waiter's key")
-
-// waiterKey is the key of lease's waiter under name (etcd's layout).
-func waiterKey(name string, lease clientv3.LeaseID) string {
-	return fmt.Sprintf("%s/%x", name, int64(lease))
-}
-
-// lockAPIs are the lock clients' APIs, client id modulo their number.
-var lockAPIs = []struct {
-	name string
-	f    lockerFactory
-}{{"mutex", mutexLocker}, {"v3lock", v3lockLocker}, {"native", nativeLocker}}
 
 func newLocks(r *run, seed uint64) *locks {
-	return &locks{r: r, seed: seed, nclients: 6, ttl: 2}
+	return &locks{r: r, seed: seed, nclients: 6, ttl: 2, name: "/lock/fenced",
+		acqs: map[[2]int]*acquisition{}, exits: map[int]bool{}, killed: map[int]bool{}}
 }
 
-// newClientProxies puts a private proxy in front of every member's client
-// endpoint for one client.
-func (w *locks) newClient(id int) (*clientv3.Client, []*proxy.Proxy) {
-	var eps []string
-	var pxs []*proxy.Proxy
-	for i := range w.r.c.Members {
-		target := strings.TrimPrefix(w.r.c.Endpoint(i), "http://")
-		p, err := proxy.New("127.0.0.1:0", target)
-		if err != nil {
-			w.r.tb.Fatalf("lock client proxy: %v", err)
-		}
-		w.r.tb.Cleanup(func() { p.Close() })
-		pxs = append(pxs, p)
-		eps = append(eps, "http://"+p.Addr())
-	}
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints: eps, DialTimeout: 2 * time.Second,
-		DialKeepAliveTime: time.Second, DialKeepAliveTimeout: time.Second,
-		Logger: zap.NewNop(),
-	})
+func (w *locks) rel(mono time.Duration) time.Duration { return mono + w.off }
+
+// start starts the resource and the client processes.
+func (w *locks) start() error {
+	w.off = w.r.mono() - monoNow()
+	dir := w.r.tb.TempDir()
+	res, err := w.r.startChild("resource", roleResource, filepath.Join(dir, "resource.log"))
 	if err != nil {
-		w.r.tb.Fatalf("lock client: %v", err)
+		return fmt.Errorf("starting the resource: %w", err)
 	}
-	w.r.tb.Cleanup(func() { cli.Close() })
-	return cli, pxs
+	w.resource = res
+	var first struct{ Addr string }
+	t := time.NewTimer(30 * time.Second)
+	defer t.Stop()
+	select {
+	case line, ok := <-res.lines:
+		if !ok {
+			code, _ := res.exitCode()
+			return fmt.Errorf("the resource exited (code %d) before listening: %s", code, res.logTail(20))
+		}
+		if err := json.Unmarshal([]byte(line), &first); err != nil || first.Addr == "" {
+			return fmt.Errorf("the resource said %q, not its address", line)
+		}
+	case <-t.C:
+		return fmt.Errorf("the resource did not report its address within 30s")
+	}
+	w.rc = newResourceClient(first.Addr)
+	for id := 0; id < w.nclients; id++ {
+		var eps []string
+		var pxs []*proxy.Proxy
+		for i := range w.r.c.Members {
+			target := strings.TrimPrefix(w.r.c.Endpoint(i), "http://")
+			p, err := proxy.New("127.0.0.1:0", target)
+			if err != nil {
+				return fmt.Errorf("lock client proxy: %w", err)
+			}
+			w.r.tb.Cleanup(func() { p.Close() })
+			pxs = append(pxs, p)
+			eps = append(eps, "http://"+p.Addr())
+		}
+		w.proxies = append(w.proxies, pxs)
+		c, err := w.r.startChild(fmt.Sprintf("lock client %d", id), roleLockClient, filepath.Join(dir, fmt.Sprintf("lockclient-%d.log", id)),
+			"--id", fmt.Sprint(id), "--endpoints", strings.Join(eps, ","), "--resource", first.Addr,
+			"--lock", w.name, "--ttl", fmt.Sprint(w.ttl), "--seed", fmt.Sprint(w.seed))
+		if err != nil {
+			return fmt.Errorf("starting lock client %d: %w", id, err)
+		}
+		w.clients = append(w.clients, c)
+	}
+	return nil
 }
 
 func (w *locks) run(ctx context.Context) {
+	if err := w.start(); err != nil {
+		w.r.tb.Fatalf("locks: %v", err)
+	}
+	w.ok = true
+	w.r.logf("locks: resource pid %d, lock clients pids %v", w.resource.pid(), w.pids())
+	// The forced pause: client forcedClient's acquisition number forcedAcq
+	// (counting its acquisitions from 1) is paused whatever its dice say,
+	// so that every run that makes progress SIGSTOPs a client at least once.
+	forcedClient := int(w.seed % uint64(w.nclients))
+	forcedAcq := 2 + int(w.seed/7%3)
 	var wg sync.WaitGroup
-	var pauseMu sync.Mutex // at most one paused client at a time
-	for id := 0; id < w.nclients; id++ {
-		cli, pxs := w.newClient(id)
-		w.proxies = append(w.proxies, pxs)
-		rng := rand.New(rand.NewPCG(w.seed, uint64(id)))
+	for id, c := range w.clients {
+		rng := rand.New(rand.NewPCG(w.seed, 0x1c0+uint64(id)))
+		forced := -1
+		if id == forcedClient {
+			forced = forcedAcq
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w.client(ctx, id, cli, pxs, rng, &pauseMu)
+			w.follow(ctx, id, c, rng, forced)
 		}()
+	}
+	<-ctx.Done()
+	// stop: EOF on stdin; a client finishes its turn (its Lock is
+	// cancelled, a write in flight completes) and exits
+	w.answering.Lock()
+	for _, c := range w.clients {
+		c.closeStdin()
+	}
+	w.answering.Unlock()
+	for id, c := range w.clients {
+		if !c.wait(30 * time.Second) {
+			w.r.logf("locks: lock client %d did not exit within 30s of its stop; killing it", id)
+			w.mu.Lock()
+			w.killed[id] = true
+			w.mu.Unlock()
+			c.kill()
+		}
 	}
 	wg.Wait()
 }
 
-func (w *locks) client(ctx context.Context, id int, cli *clientv3.Client, pxs []*proxy.Proxy, rng *rand.Rand, pauseMu *sync.Mutex) {
-	var sess *concurrency.Session
-	defer func() {
-		if sess != nil {
-			sess.Orphan()
-		}
-	}()
-	for ctx.Err() == nil {
-		if sess == nil {
-			// grant with a deadline (NewSession's own grant would wait
-			// out a partition), then let the session keep it alive
-			gctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			lr, err := cli.Grant(gctx, int64(w.ttl))
-			cancel()
-			w.r.op()
-			if err != nil {
-				sleep(100 * time.Millisecond)
-				continue
-			}
-			s, err := concurrency.NewSession(cli, concurrency.WithLease(lr.ID), concurrency.WithTTL(w.ttl), concurrency.WithContext(ctx))
-			if err != nil {
-				continue
-			}
-			sess = s
-		}
-		select {
-		case <-sess.Done():
-			sess = nil
-			continue
-		default:
-		}
-		api := lockAPIs[id%len(lockAPIs)]
-		m := api.f(cli, sess, "/lock/fenced")
-		call := w.r.mono()
-		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := m.Lock(lctx)
-		cancel()
-		w.r.op()
-		if errors.Is(err, errWrongKey) {
-			w.r.anomaly("locks: client %d (%s): %v", id, api.name, err)
-		}
-		if err != nil {
-			if m.Service() {
-				// the waiter's key may still be queued (the member that
-				// held the call died, or the outcome is unknown): drop the
-				// lease so that the key goes and nobody waits behind it
-				w.dropSession(cli, sess)
-				sess = nil
-			}
+func (w *locks) pids() []int {
+	var ps []int
+	for _, c := range w.clients {
+		ps = append(ps, c.pid())
+	}
+	return ps
+}
+
+// follow reads one client's reports until it exits, and decides which of
+// its acquisitions are paused.
+func (w *locks) follow(ctx context.Context, id int, c *child, rng *rand.Rand, forced int) {
+	nacq := 0
+	for line := range c.lines {
+		var rep lcReport
+		if err := json.Unmarshal([]byte(line), &rep); err != nil {
+			w.r.anomaly("locks: lock client %d reported %q: %v", id, line, err)
 			continue
 		}
-		got := w.r.mono()
-		a := acquisition{Client: id, API: api.name, Call: call, Got: got, Token: m.Token()}
-		if a.Token == 0 {
-			// the token: the lock key's create revision
-			gctx, gcancel := context.WithTimeout(ctx, 2*time.Second)
-			kr, err := cli.Get(gctx, m.Key())
-			gcancel()
-			w.r.op()
-			if err != nil || len(kr.Kvs) == 0 {
-				// cannot learn the token (or the key is gone): give up the turn
-				a.Written = "lost"
-				w.mu.Lock()
-				w.lost++
-				w.mu.Unlock()
-				w.unlock(ctx, m)
-				continue
-			}
-			a.Token = kr.Kvs[0].CreateRevision
+		if rep.Client != id {
+			w.r.anomaly("locks: lock client %d reported as client %d: %q", id, rep.Client, line)
+			rep.Client = id
 		}
-		// pause past the lease sometimes (one client at a time)
-		if rng.IntN(8) == 0 && pauseMu.TryLock() {
-			a.Paused = true
+		for k := int64(0); k < rep.Ops; k++ {
+			w.r.op()
+		}
+		switch rep.Ev {
+		case "acquired":
+			nacq++
+			a := &acquisition{Client: id, N: rep.N, API: rep.API, Token: rep.Token, Lease: rep.Lease, Call: w.rel(rep.Call), Got: w.rel(rep.Got)}
+			w.mu.Lock()
+			w.acqs[[2]int{id, rep.N}] = a
+			w.mu.Unlock()
+			// the dice are thrown for every acquisition, so that the
+			// sequence of choices depends only on the seed
+			w.answering.RLock()
+			roll := rng.IntN(8)
 			d := time.Duration(w.ttl)*time.Second + 2*time.Second + time.Duration(rng.IntN(2000))*time.Millisecond
-			w.r.logf("locks: client %d holds token %d and pauses for %v (keepalives stop)", id, a.Token, d)
-			w.r.fault("clientpause")
-			for _, p := range pxs {
-				p.Blackhole()
+			cmd := "go"
+			if ctx.Err() == nil && (nacq == forced || roll == 0) {
+				if w.pause(id, c, a, d, nacq == forced) {
+					cmd = "resume"
+				}
 			}
-			sleep(d)
-			for _, p := range pxs {
-				p.Heal()
+			if err := c.send(cmd); err != nil && ctx.Err() == nil {
+				w.r.logf("locks: telling lock client %d to %s: %v", id, cmd, err)
 			}
-			pauseMu.Unlock()
-		} else {
-			sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
-		}
-		ok := w.res.increment(effect{Client: id, Token: a.Token, At: w.r.mono()})
-		w.r.op()
-		a.Written = map[bool]string{true: "accepted", false: "rejected"}[ok]
-		w.mu.Lock()
-		if a.Paused {
-			w.paused++
-			if ok {
-				w.pausedOK++
+			w.answering.RUnlock()
+		case "effect":
+			if rep.Result != resSkipped {
+				rep.At, rep.Done = w.rel(rep.At), w.rel(rep.Done)
+			}
+			w.mu.Lock()
+			w.reported = append(w.reported, rep)
+			if a := w.acqs[[2]int{id, rep.N}]; a == nil {
+				w.r.anomaly("locks: lock client %d reported an effect for acquisition %d it never reported", id, rep.N)
 			} else {
-				w.pausedNo++
+				a.Written, a.Seq = rep.Result, rep.Seq
+				if a.Paused > 0 && rep.Result != resSkipped {
+					w.paused++
+					switch rep.Result {
+					case resAccepted:
+						w.pausedOK++
+					case resRejected:
+						w.pausedNo++
+					}
+				}
 			}
+			w.mu.Unlock()
+		case "lost":
+			w.mu.Lock()
+			w.lost++
+			w.mu.Unlock()
+		case "wrongkey":
+			w.r.anomaly("locks: lock client %d (%s): %s", id, rep.API, rep.Err)
+		case "exit":
+			w.mu.Lock()
+			w.exits[id] = true
+			w.mu.Unlock()
+		default:
+			w.r.anomaly("locks: lock client %d reported an unknown event %q", id, line)
 		}
-		w.acqs = append(w.acqs, a)
-		w.mu.Unlock()
-		w.unlock(ctx, m)
-		if a.Paused {
-			// the session's lease most likely expired while paused
-			sess.Orphan()
-			sess = nil
-		}
+	}
+	// stdout closed: the process is gone
+	c.wait(10 * time.Second)
+	code, _ := c.exitCode()
+	w.mu.Lock()
+	killed, clean := w.killed[id], w.exits[id]
+	w.mu.Unlock()
+	if !killed && (code != 0 || !clean) {
+		w.r.anomaly("locks: lock client %d (pid %d) exited on its own with code %d (clean exit reported: %v); its log ends:\n%s", id, c.pid(), code, clean, c.logTail(20))
 	}
 }
 
-// dropSession stops a session's keepalives and revokes its lease (best
-// effort: otherwise it expires within the TTL).
-func (w *locks) dropSession(cli *clientv3.Client, sess *concurrency.Session) {
-	sess.Orphan()
-	rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	cli.Revoke(rctx, sess.Lease())
+// pause holds client id's process in SIGSTOP for d while it holds a; false
+// if the pause did not happen (another client is paused, or the stop
+// failed).
+func (w *locks) pause(id int, c *child, a *acquisition, d time.Duration, forced bool) bool {
+	if forced {
+		w.pauseMu.Lock()
+	} else if !w.pauseMu.TryLock() {
+		return false
+	}
+	defer w.pauseMu.Unlock()
+	if err := c.stop(); err != nil {
+		w.r.anomaly("locks: SIGSTOP of lock client %d: %v", id, err)
+		c.cont()
+		return false
+	}
+	w.r.fault("clientpause")
+	w.r.logf("locks: SIGSTOP lock client %d (pid %d) holding token %d (lease %x) for %v", id, c.pid(), a.Token, a.Lease, d)
+	start := w.r.mono()
+	sleep(d)
+	// is the lease gone? (a note: expiry timing is the leases check's)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ttl, err := w.r.c.ClientAll().TimeToLive(ctx, clientv3.LeaseID(a.Lease))
 	cancel()
-	w.r.op()
+	expired := err == nil && ttl.TTL == -1
+	if err := c.cont(); err != nil {
+		w.r.anomaly("locks: SIGCONT of lock client %d: %v", id, err)
+	}
+	w.mu.Lock()
+	a.Paused = w.r.mono() - start
+	if expired {
+		w.expired++
+	}
+	w.mu.Unlock()
+	w.r.logf("locks: SIGCONT lock client %d after %v; its lease expired: %v (%v)", id, a.Paused.Round(time.Millisecond), expired, err)
+	return true
 }
 
-func (w *locks) unlock(ctx context.Context, m heldLock) {
-	uctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	m.Unlock(uctx)
+func (w *locks) check(ctx context.Context) {
+	if !w.ok {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	st, err := w.rc.state(sctx)
 	cancel()
-	w.r.op()
-}
-
-func (w *locks) check(context.Context) {
+	w.resource.closeStdin()
+	if !w.resource.wait(10 * time.Second) {
+		w.resource.kill()
+	}
+	w.saveLogs()
+	if err != nil {
+		w.r.anomaly("locks: reading the resource's state: %v", err)
+		return
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	b, _ := json.MarshalIndent(struct {
-		Acquisitions []acquisition `json:"acquisitions"`
-		Accepted     []effect      `json:"accepted"`
-		Rejected     []effect      `json:"rejected"`
-	}{w.acqs, w.res.accepted, w.res.rejected}, "", " ")
-	w.r.save("locks.json", b)
-	// distinct tokens
-	byToken := map[int64]acquisition{}
+	acqs := make([]*acquisition, 0, len(w.acqs))
 	for _, a := range w.acqs {
+		acqs = append(acqs, a)
+	}
+	sort.Slice(acqs, func(i, j int) bool { return acqs[i].Got < acqs[j].Got })
+	for i := range st.Accepted {
+		st.Accepted[i].At = w.rel(st.Accepted[i].At)
+	}
+	for i := range st.Rejected {
+		st.Rejected[i].At = w.rel(st.Rejected[i].At)
+	}
+	b, _ := json.MarshalIndent(struct {
+		Acquisitions []*acquisition `json:"acquisitions"`
+		Reported     []lcReport     `json:"reported_effects"`
+		Resource     resourceState  `json:"resource"`
+	}{acqs, w.reported, st}, "", " ")
+	w.r.save("locks.json", b)
+
+	if len(acqs) == 0 {
+		w.r.anomaly("locks: no lock client acquired the lock during the whole run")
+	}
+	perClient := map[int]int{}
+	for _, a := range acqs {
+		perClient[a.Client]++
+	}
+	for id := 0; id < w.nclients; id++ {
+		if perClient[id] == 0 && w.r.cfg.Duration >= time.Minute {
+			w.r.anomaly("locks: lock client %d never acquired the lock in %v (starved)", id, w.r.cfg.Duration)
+		}
+	}
+	// distinct tokens
+	byToken := map[int64]*acquisition{}
+	for _, a := range acqs {
 		// the same client seeing its own key again (its Unlock failed, so
 		// its next Lock found the key it still owns) continues one hold
 		if o, dup := byToken[a.Token]; dup && o.Client != a.Client {
@@ -403,8 +388,8 @@ func (w *locks) check(context.Context) {
 	// tokens increase in real time: a grant that completed before another
 	// was requested has the smaller token
 	bad := 0
-	for _, a := range w.acqs {
-		for _, b := range w.acqs {
+	for _, a := range acqs {
+		for _, b := range acqs {
 			if a.Got < b.Call && a.Token >= b.Token && !(a.Token == b.Token && a.Client == b.Client) {
 				if bad < 5 {
 					w.r.anomaly("locks: client %d got token %d at %v, then client %d asked at %v and got the smaller token %d", a.Client, a.Token, a.Got, b.Client, b.Call, b.Token)
@@ -413,37 +398,84 @@ func (w *locks) check(context.Context) {
 			}
 		}
 	}
-	// the resource: no stale effect, count matches
-	var prev int64
-	for _, e := range w.res.accepted {
-		if e.Token < prev {
-			w.r.anomaly("locks: resource accepted token %d after %d", e.Token, prev)
-		}
-		prev = e.Token
+	// the resource: no stale effect, in its own order
+	all := append(append([]effect(nil), st.Accepted...), st.Rejected...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Seq < all[j].Seq })
+	accepted := map[int64]bool{}
+	for _, e := range st.Accepted {
+		accepted[e.Seq] = true
 	}
-	if w.res.count != len(w.res.accepted) {
-		w.r.anomaly("locks: resource count %d != %d accepted effects", w.res.count, len(w.res.accepted))
+	var highest int64
+	for _, e := range all {
+		if accepted[e.Seq] {
+			if e.Token < highest {
+				w.r.anomaly("locks: resource accepted token %d (client %d) after %d", e.Token, e.Client, highest)
+			}
+			highest = max(highest, e.Token)
+		} else if e.Token >= highest {
+			w.r.anomaly("locks: resource rejected token %d (client %d) though the highest it had accepted was %d", e.Token, e.Client, highest)
+		}
+	}
+	if st.Highest != highest {
+		w.r.anomaly("locks: resource reports highest token %d, its accepted effects say %d", st.Highest, highest)
+	}
+	if st.Count != len(st.Accepted) {
+		w.r.anomaly("locks: resource count %d != %d accepted effects", st.Count, len(st.Accepted))
+	}
+	// the clients' view: every answer a client got is the resource's, and
+	// the resource has no accepted effect nobody asked for
+	bySeq := map[int64]effect{}
+	for _, e := range all {
+		bySeq[e.Seq] = e
+	}
+	toldAccepted, unknown := 0, 0
+	for _, rep := range w.reported {
+		switch rep.Result {
+		case resAccepted, resRejected:
+			e, ok := bySeq[rep.Seq]
+			if !ok || e.Client != rep.Client || e.Token != rep.Token || e.N != rep.N || accepted[rep.Seq] != (rep.Result == resAccepted) {
+				w.r.anomaly("locks: lock client %d was told %s for token %d (its acquisition %d, resource seq %d); the resource has %+v (found %v, accepted %v)", rep.Client, rep.Result, rep.Token, rep.N, rep.Seq, e, ok, accepted[rep.Seq])
+			}
+			if rep.Result == resAccepted {
+				toldAccepted++
+			}
+		case resError:
+			unknown++
+		}
+	}
+	unknown += len(w.killed) // a killed client may have written without reporting
+	if st.Count < toldAccepted || st.Count > toldAccepted+unknown {
+		w.r.anomaly("locks: resource count %d, but clients were told of %d accepted effects (+%d of unknown outcome)", st.Count, toldAccepted, unknown)
 	}
 	// a paused client never lands a write once a newer owner has written
-	for _, e := range w.res.accepted {
+	for _, e := range st.Accepted {
 		a := byToken[e.Token]
-		if !a.Paused {
+		if a == nil || a.Paused == 0 || a.Client != e.Client {
 			continue
 		}
-		for _, o := range w.res.accepted {
-			if o.Token > e.Token && o.At < e.At {
-				w.r.anomaly("locks: paused client %d landed token %d at %v after token %d was written at %v", e.Client, e.Token, e.At, o.Token, o.At)
+		for _, o := range st.Accepted {
+			if o.Token > e.Token && o.Seq < e.Seq {
+				w.r.anomaly("locks: client %d, paused %v past its lease, landed token %d at %v after token %d was written at %v", e.Client, a.Paused, e.Token, e.At, o.Token, o.At)
 			}
 		}
 	}
 	perAPI := map[string]int{}
-	for _, a := range w.acqs {
+	for _, a := range acqs {
 		perAPI[a.API]++
 	}
-	w.r.logf("locks: acquisitions by API %v", perAPI)
-	w.r.logf("locks: %d acquisitions, %d effects accepted, %d rejected, %d lost before use; paused past lease: %d (write rejected %d, accepted because no newer owner had written %d)",
-		len(w.acqs), len(w.res.accepted), len(w.res.rejected), w.lost, w.paused, w.pausedNo, w.pausedOK)
+	w.r.logf("locks: acquisitions by API %v, by client %v", perAPI, perClient)
+	w.r.logf("locks: %d acquisitions, %d effects accepted, %d rejected, %d of unknown outcome, %d lost before use; SIGSTOPped past the lease: %d (lease gone at SIGCONT %d; write rejected %d, accepted because no newer owner had written %d)",
+		len(acqs), len(st.Accepted), len(st.Rejected), unknown, w.lost, w.paused, w.expired, w.pausedNo, w.pausedOK)
 	if w.paused > 0 && w.pausedNo == 0 {
 		w.r.logf("locks: note: no paused write was rejected (no newer owner wrote during any pause)")
+	}
+}
+
+// saveLogs keeps the helper processes' logs with the run's artifacts.
+func (w *locks) saveLogs() {
+	for _, c := range append([]*child{w.resource}, w.clients...) {
+		if b, err := os.ReadFile(c.logPath); err == nil && len(b) > 0 {
+			w.r.save(filepath.Base(c.logPath), b)
+		}
 	}
 }

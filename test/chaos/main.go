@@ -9,17 +9,24 @@
 // delay with jitter, connection drops, client-link blackholes, crashes at
 // the storage failpoints (restart armed with TENURE_FAILPOINTS=name=N*exit,
 // then without), member replacement (MemberRemove, MemberAdd, a fresh data
-// dir joining with --initial-cluster-state existing), and lock clients
-// paused past their lease.
+// dir joining with --initial-cluster-state existing). Beside the scheduler, the locks
+// workload sends its lock-client processes SIGSTOP while they hold the
+// lock, for longer than their lease, then SIGCONT (the GC pause; counted
+// as clientpause).
 //
 // Checkers: registers.go (porcupine), counter (no entry lost or applied
 // twice), watches.go (ordered, unique, reliable, atomic, resumable,
-// bookmarkable), locks.go (fencing tokens; one lock taken through clientv3's
-// Mutex, etcd's v3lock service and tenure.v1 Locks), leases.go (never early;
-// lateness), elections.go (one leader per term; observers converge), every
-// member's keyspace equal at the end; scenarios.go: etcd 9395, 11496,
-// 13766, 17780, 11456 (v3lock and tenure.v1: a waiter whose lease expires
-// while it waits gets an error, never the lock).
+// bookmarkable), locks.go (fencing tokens at a resource process, from
+// lock-client processes taking one lock through clientv3's Mutex, etcd's
+// v3lock service and tenure.v1 Locks; a paused client never lands a stale
+// write), leases.go (never early; lateness), elections.go (one leader per
+// term; observers converge), every member's keyspace equal at the end;
+// scenarios.go: etcd 9395, 11496, 13766, 17780, 11456 (v3lock and
+// tenure.v1: a waiter whose lease expires while it waits gets an error,
+// never the lock).
+//
+// The resource and the lock clients are this same executable started
+// again with TENURE_CHAOS_ROLE set (procs.go); they die with the run.
 //
 // A seed reproduces the fault schedule and the workloads' choices, not the
 // exact interleaving (real processes, real time).
@@ -38,6 +45,7 @@ import (
 )
 
 func main() {
+	runRoleFromEnv() // a helper process (resource, lock client) of a run
 	cfg := DefaultConfig()
 	flag.Int64Var(&cfg.Seed, "seed", 0, "scheduler seed (0: derived from the clock; printed in the summary)")
 	flag.DurationVar(&cfg.Duration, "duration", cfg.Duration, "length of the fault phase")

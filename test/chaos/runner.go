@@ -257,7 +257,7 @@ func (r *run) finish() Result {
 			total += v
 		}
 	}
-	order := []string{"kill", "pause", "partition", "delay", "restart", "drop", "oneway", "clientblackhole", "failpoint", "replace"}
+	order := []string{"kill", "pause", "partition", "delay", "restart", "drop", "oneway", "clientblackhole", "failpoint", "replace", "clientpause"}
 	var parts []string
 	seen := map[string]bool{}
 	for _, k := range order {
