@@ -24,9 +24,10 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// The peer service is described by hand (no protoc): every message is a
-// wrapperspb.BytesValue whose value is a proto-marshaled raftpb.Message, a
-// snapshot chunk, or JSON (Members).
+// The peer service is described by hand (no protoc). The Message stream
+// carries batches of raft messages in its own codec (peercodec.go); the
+// Snapshot stream and the Members RPC carry wrapperspb.BytesValue whose
+// value is a proto-marshaled raftpb.Message, a snapshot chunk, or JSON.
 const (
 	peerService    = "tenure.raftpeer.v1.RaftPeer"
 	mdClusterID    = "tenure-cluster-id"
@@ -147,18 +148,16 @@ func (t *GRPCTransport) serveMessages(s grpc.ServerStream) error {
 		return err
 	}
 	for {
-		in := &wrapperspb.BytesValue{}
+		in := &msgBatch{}
 		if err := s.RecvMsg(in); err != nil {
 			if err == io.EOF {
 				return s.SendMsg(&wrapperspb.BytesValue{})
 			}
-			return err
+			return err // a corrupt batch arrives as a codes.Internal error
 		}
-		m := &raftpb.Message{}
-		if err := proto.Unmarshal(in.GetValue(), m); err != nil {
-			return status.Errorf(codes.InvalidArgument, "decode raft message: %v", err)
+		for _, m := range in.msgs {
+			_ = h.Process(s.Context(), m)
 		}
-		_ = h.Process(s.Context(), m)
 	}
 }
 
@@ -390,25 +389,52 @@ func (t *GRPCTransport) streamTo(p *grpcPeer) error {
 	}
 	ctx, cancel := context.WithCancel(t.outgoing(p.ctx))
 	defer cancel()
-	s, err := conn.NewStream(ctx, &peerServiceDesc.Streams[0], "/"+peerService+"/Message")
+	s, err := conn.NewStream(ctx, &peerServiceDesc.Streams[0], "/"+peerService+"/Message",
+		grpc.CallContentSubtype(peerCodecName))
 	if err != nil {
 		return err
 	}
+	// Each write carries everything queued for the peer (up to a byte
+	// budget well under the receiver's message limit): under load raft
+	// produces appends, responses and heartbeats faster than one stream
+	// write per message can carry them cheaply.
+	budget := t.cfg.MaxMessageBytes / 2
+	batch := &msgBatch{}
+	var carry *raftpb.Message // taken from the queue but over the last batch's budget
 	for {
-		select {
-		case m := <-p.q:
-			b, err := proto.Marshal(m)
-			if err != nil {
-				continue
+		batch.reset()
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case first = <-p.q:
+			case <-p.ctx.Done():
+				return p.ctx.Err()
 			}
-			if err := s.SendMsg(&wrapperspb.BytesValue{Value: b}); err != nil {
-				if err == io.EOF {
-					err = s.RecvMsg(&wrapperspb.BytesValue{})
+		}
+		batch.add(first)
+		size := batch.sizes[0]
+	drain:
+		for size < budget {
+			select {
+			case m := <-p.q:
+				sz := proto.Size(m)
+				if size+sz > budget {
+					carry = m
+					break drain
 				}
-				return err
+				size += sz
+				batch.msgs = append(batch.msgs, m)
+				batch.sizes = append(batch.sizes, sz)
+			default:
+				break drain
 			}
-		case <-p.ctx.Done():
-			return p.ctx.Err()
+		}
+		if err := s.SendMsg(batch); err != nil {
+			if err == io.EOF {
+				err = s.RecvMsg(&wrapperspb.BytesValue{})
+			}
+			return err
 		}
 	}
 }
