@@ -208,7 +208,7 @@ func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (
 // to another voter (the most caught-up one when known), so the cluster is
 // not left following a leader that is no longer in its configuration
 // (which would drop every proposal). Errors: ErrMemberNotFound, plus
-// Propose's and TransferLeadership's errors.
+// Propose's errors, ErrTimeout and ErrStopped.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]Member, error) {
 	if _, ok := n.member(id); !ok {
 		return nil, ErrMemberNotFound
@@ -216,7 +216,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]Member, error) {
 	if lead, _ := n.leader(); lead == id {
 		if to := n.transferTarget(id); to != 0 {
 			n.log.Info("removing the leader: transferring leadership first", "leader", fmt.Sprintf("%x", id), "to", fmt.Sprintf("%x", to))
-			if err := n.TransferLeadership(ctx, to); err != nil {
+			if err := n.moveLeadershipOff(ctx, id, to); err != nil {
 				return nil, err
 			}
 		}
@@ -297,6 +297,37 @@ func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 		}
 		select {
 		case <-ch:
+		case <-ctx.Done():
+			return ErrTimeout
+		case <-n.stopc:
+			return ErrStopped
+		}
+	}
+}
+
+// moveLeadershipOff asks leader id to hand leadership to member to, and
+// returns once any leader other than id is known. Any one will do: the
+// removal only needs id not to lead. Waiting for exactly to (as
+// TransferLeadership does) made removing the leader time out whenever
+// another member won the election the transfer set off — a new leader
+// then tried to hand over to to in turn, dropping proposals meanwhile
+// (found by the 5-member chaos run). The request is repeated every
+// election timeout while id still leads: raft abandons a transfer that has
+// not finished within one, and the message can be lost.
+func (n *Node) moveLeadershipOff(ctx context.Context, id, to uint64) error {
+	retry := time.NewTicker(n.cfg.TickInterval * time.Duration(n.cfg.ElectionTicks))
+	defer retry.Stop()
+	for {
+		lead, ch := n.leader()
+		if lead != 0 && lead != id {
+			return nil
+		}
+		if lead == id {
+			n.rn.TransferLeadership(ctx, lead, to)
+		}
+		select {
+		case <-ch:
+		case <-retry.C:
 		case <-ctx.Done():
 			return ErrTimeout
 		case <-n.stopc:

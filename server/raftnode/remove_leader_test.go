@@ -28,3 +28,55 @@ func TestRemoveLeaderTwice(t *testing.T) {
 		c.propose(next, []byte("after-removal"))
 	}
 }
+
+// Removing the leader through a follower: leadership has to leave the
+// leader, but it need not go to the member the follower picked. Here that
+// member is cut off and another member takes over; the removal must still
+// complete. It used to wait for the picked member to lead — the new leader
+// was asked to hand over to it in turn — and timed out (found by the
+// 5-member chaos run, where a third member won the transfer's election).
+func TestRemoveLeaderWhenAnotherMemberTakesOver(t *testing.T) {
+	c := newTestCluster(t, 5, testSeed(t).Int63(), false, nil)
+	lead := c.leader()
+	via := (lead + 1) % 5 // the follower that gets the request
+	to := c.nodes[via].transferTarget(c.ids[lead])
+	other := -1 // the member that takes over instead
+	for i := range c.ids {
+		if i != lead && i != via && c.ids[i] != to {
+			other = i
+			break
+		}
+	}
+	c.net.Isolate(to, c.ids...)
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := c.nodes[via].RemoveMember(ctx, c.ids[lead])
+		errc <- err
+	}()
+	waitFor(t, 5*time.Second, "the leader to start handing over to the cut-off member", func() bool {
+		return c.nodes[lead].rn.Status().LeadTransferee == to
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := c.nodes[lead].TransferLeadership(ctx, c.ids[other])
+	cancel()
+	if err != nil {
+		t.Fatalf("handing leadership to member %d instead: %v", other, err)
+	}
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("removing the former leader after member %d took over: %v", other, err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("RemoveMember did not return within 20s")
+	}
+	for _, m := range c.nodes[other].Members() {
+		if m.ID == c.ids[lead] {
+			t.Fatalf("member %x is still in the configuration", m.ID)
+		}
+	}
+	c.net.Heal()
+	c.propose(other, []byte("after-removal"))
+}
