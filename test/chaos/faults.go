@@ -145,30 +145,52 @@ func (s *scheduler) restart(i int, env []string) {
 	s.r.fault("restart")
 }
 
-func (s *scheduler) kill() {
+// victims picks the members a process fault hits: target(), and on a
+// cluster of 5 or more, a third of the time a second member too — never
+// more than a minority, so a quorum stays up and must make progress.
+func (s *scheduler) victims() []int {
 	i := s.target()
-	h := s.hold()
-	s.r.logf("fault: kill -9 member %d, restart after %v", i, h)
-	if !s.r.c.Running(i) {
-		return
+	if s.n() < 5 || s.rng.IntN(3) != 0 {
+		return []int{i}
 	}
-	s.r.fault("kill")
-	s.r.c.Kill(i)
+	o := s.others(i)
+	return []int{i, o[s.rng.IntN(len(o))]}
+}
+
+func (s *scheduler) kill() {
+	vs := s.victims()
+	h := s.hold()
+	s.r.logf("fault: kill -9 member(s) %v, restart after %v", vs, h)
+	var killed []int
+	for _, i := range vs {
+		if s.r.c.Running(i) {
+			s.r.fault("kill")
+			s.r.c.Kill(i)
+			killed = append(killed, i)
+		}
+	}
 	sleep(h)
-	s.restart(i, nil)
+	for _, i := range killed {
+		s.restart(i, nil)
+	}
 }
 
 func (s *scheduler) pause() {
-	i := s.target()
+	vs := s.victims()
 	h := s.hold() + time.Duration(s.rng.Int64N(int64(2*time.Second)))
-	s.r.logf("fault: SIGSTOP member %d for %v", i, h)
-	if !s.r.c.Running(i) {
-		return
+	s.r.logf("fault: SIGSTOP member(s) %v for %v", vs, h)
+	var paused []int
+	for _, i := range vs {
+		if s.r.c.Running(i) {
+			s.r.fault("pause")
+			s.r.c.Pause(i)
+			paused = append(paused, i)
+		}
 	}
-	s.r.fault("pause")
-	s.r.c.Pause(i)
 	sleep(h)
-	s.r.c.Resume(i)
+	for _, i := range paused {
+		s.r.c.Resume(i)
+	}
 }
 
 func (s *scheduler) partition() {
@@ -361,7 +383,7 @@ func (s *scheduler) replace() {
 			break
 		}
 		if ctx.Err() != nil {
-			s.r.anomaly("replace: member add of %s never succeeded on a 2-member cluster: %v", c.PeerURL(i), err)
+			s.r.anomaly("replace: member add of %s never succeeded on the remaining %d-member cluster: %v", c.PeerURL(i), s.n()-1, err)
 			return
 		}
 		sleep(200 * time.Millisecond)

@@ -5,11 +5,13 @@
 // scenarios for etcd bugs.
 //
 // Faults (scheduler, one at a time, seeded): kill -9 + restart, SIGSTOP/
-// SIGCONT of members, minority/majority partitions, one-way partitions,
-// delay with jitter, connection drops, client-link blackholes, crashes at
-// the storage failpoints (restart armed with TENURE_FAILPOINTS=name=N*exit,
-// then without), member replacement (MemberRemove, MemberAdd, a fresh data
-// dir joining with --initial-cluster-state existing). Beside the scheduler, the locks
+// SIGCONT of members (on 5 or more members, sometimes of two at once: never
+// more than a minority), minority/majority partitions (1|2, and 1|4 or 2|3
+// on 5), one-way partitions, delay with jitter, connection drops,
+// client-link blackholes, crashes at the storage failpoints (restart armed
+// with TENURE_FAILPOINTS=name=N*exit, then without), member replacement
+// (MemberRemove, MemberAdd, a fresh data dir joining with
+// --initial-cluster-state existing). Beside the scheduler, the locks
 // workload sends its lock-client processes SIGSTOP while they hold the
 // lock, for longer than their lease, then SIGCONT (the GC pause; counted
 // as clientpause).
