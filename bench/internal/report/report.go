@@ -54,7 +54,8 @@ type Run struct {
 	Notes           []string
 }
 
-// Median returns the per-field medians of a slot's successful runs.
+// Median returns the per-field medians (RPS, P50, P99) of a row's
+// successful runs; Errors is their sum over the runs. ok is false without runs.
 func Median(rs []suite.Result) (m suite.Result, ok bool) {
 	if len(rs) == 0 {
 		return m, false
@@ -199,10 +200,12 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 	refs := c.Refs()
 	refMed := make([]suite.Result, len(refs))
 	refOK := make([]bool, len(refs))
+	refRow := make([]string, len(refs)) // label of the row each reference is
 	for i, rf := range refs {
 		for _, row := range sr.Rows {
 			if row.Kind == rf.Kind && row.Variant == rf.Variant {
 				refMed[i], refOK[i] = Median(sr.Runs[row.Label])
+				refRow[i] = row.Label
 				break
 			}
 		}
@@ -223,8 +226,8 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 			runs += fmt.Sprintf(" (+%d failed)", f)
 		}
 		w("| %s | %.0f | %s | %s | %d | %s |", row.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs)
-		for i, rf := range refs {
-			if !refOK[i] || (row.Kind == rf.Kind && row.Variant == rf.Variant) {
+		for i := range refs {
+			if !refOK[i] || row.Label == refRow[i] {
 				w(" — |")
 				continue
 			}
