@@ -86,6 +86,15 @@ func (s *BigDataBench) Run(ctx context.Context, env *Env) (Result, error) {
 	if err != nil {
 		return res, fmt.Errorf("%s: restart: %w", s.ID(), err)
 	}
+	res.RPS = lr.RPS
+	res.P50, res.P99, res.Avg = restart, restart, restart
+	res.Extra = map[string]string{"note": bigDataNote(rss, disk)}
+	return res, nil
+}
+
+// bigDataNote is the report's note for the members' RSS and data-dir sizes
+// (bytes, member order): the maximum over members, then each member, in MiB.
+func bigDataNote(rss, disk []int64) string {
 	mib := func(v []int64) string {
 		var p []string
 		for _, x := range v {
@@ -100,11 +109,6 @@ func (s *BigDataBench) Run(ctx context.Context, env *Env) (Result, error) {
 		}
 		return m
 	}
-	res.RPS = lr.RPS
-	res.P50, res.P99, res.Avg = restart, restart, restart
-	res.Extra = map[string]string{
-		"note": fmt.Sprintf("RSS %.0f MiB, disk %.0f MiB; per member RSS %s, disk %s",
-			float64(maxOf(rss))/(1<<20), float64(maxOf(disk))/(1<<20), mib(rss), mib(disk)),
-	}
-	return res, nil
+	return fmt.Sprintf("RSS %.0f MiB, disk %.0f MiB; per member RSS %s, disk %s",
+		float64(maxOf(rss))/(1<<20), float64(maxOf(disk))/(1<<20), mib(rss), mib(disk))
 }

@@ -139,12 +139,7 @@ func (s *LockBench) Run(ctx context.Context, env *Env) (Result, error) {
 	// before the deadline count.
 	runCtx, cancel := context.WithTimeout(ctx, dur+60*time.Second)
 	defer cancel()
-	type out struct {
-		lat    []time.Duration
-		cycles int
-		errs   map[string]int
-	}
-	outs := make([]out, s.Clients)
+	outs := make([]lockOut, s.Clients)
 	start := time.Now()
 	end := start.Add(dur)
 	var wg sync.WaitGroup
@@ -177,9 +172,29 @@ func (s *LockBench) Run(ctx context.Context, env *Env) (Result, error) {
 		}(i)
 	}
 	wg.Wait()
-	var res Result
+	res, cycles := lockResult(outs, dur)
+	res.Command = fmt.Sprintf("tenure-bench lock suite %s: %d clients, %d lock(s), %v, variant %q", s.Name, s.Clients, s.Locks, dur, env.Variant)
+	if cycles == 0 {
+		return res, fmt.Errorf("%s %s: no cycle completed (errors: %v)", s.Name, env.Variant, res.ErrDist)
+	}
+	return res, nil
+}
+
+// lockOut is what one lock client measured: the acquire latencies of the
+// acquisitions made before the deadline, the cycles (acquire and release)
+// completed before it, and its errors by message.
+type lockOut struct {
+	lat    []time.Duration
+	cycles int
+	errs   map[string]int
+}
+
+// lockResult aggregates the clients' outcomes of a run of length dur:
+// Errors and ErrDist always; RPS (cycles per second of dur), P50/P99/Avg
+// over every client's acquire latencies and Raw only if a cycle completed
+// (cycles is returned so the caller can fail the run otherwise).
+func lockResult(outs []lockOut, dur time.Duration) (res Result, cycles int) {
 	var lat []time.Duration
-	cycles := 0
 	for _, o := range outs {
 		lat = append(lat, o.lat...)
 		cycles += o.cycles
@@ -191,9 +206,8 @@ func (s *LockBench) Run(ctx context.Context, env *Env) (Result, error) {
 			res.Errors += v
 		}
 	}
-	res.Command = fmt.Sprintf("tenure-bench lock suite %s: %d clients, %d lock(s), %v, variant %q", s.Name, s.Clients, s.Locks, dur, env.Variant)
 	if cycles == 0 {
-		return res, fmt.Errorf("%s %s: no cycle completed (errors: %v)", s.Name, env.Variant, res.ErrDist)
+		return res, 0
 	}
 	sort.Slice(lat, func(a, b int) bool { return lat[a] < lat[b] })
 	res.RPS = float64(cycles) / dur.Seconds()
@@ -207,9 +221,14 @@ func (s *LockBench) Run(ctx context.Context, env *Env) (Result, error) {
 		res.Avg = sum / time.Duration(len(lat))
 	}
 	res.Raw = fmt.Sprintf("cycles %d in %v; acquire p50 %v p99 %v; errors %v", cycles, dur, res.P50, res.P99, res.ErrDist)
-	return res, nil
+	return res, cycles
 }
 
+// pct returns the q-quantile of sorted (ascending): the sample at 0-based
+// index round(q·n), clamped to the last one. This is, up to rounding, the
+// rule of etcd's pkg/report, which the benchmark-tool suites' numbers come
+// from (the first sample i with i/n ≥ q, index ⌈q·n⌉): with 100 samples p50
+// is the 51st and p99 the 100th in both. 0 for no samples.
 func pct(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
 		return 0

@@ -145,15 +145,34 @@ func (s *WatchBench) Run(ctx context.Context, env *Env) (Result, error) {
 		cancel() // stop stragglers; missing events count as errors
 		<-finished
 	}
+	res, delivered := watchResult(ack, recv, errs, putEnd.Sub(t0))
+	res.Command = fmt.Sprintf("tenure-bench watch suite %s: %d watchers over %d clients on one key, %d puts every %v (256-byte values)", s.Name, s.Watchers, s.Conns, puts, s.Interval)
+	if delivered == 0 {
+		return res, fmt.Errorf("%s: no event delivered", s.Name)
+	}
+	return res, nil
+}
+
+// watchResult computes a watch run's statistics. ack[i] is when put i was
+// acknowledged (zero: the put failed; putErrs counts those), recv[w][i] when
+// watcher w received put i's event (zero: not received, an error "event not
+// received"); elapsed is the length of the put phase. Delays are receipt −
+// ack, clamped at 0. RPS is delivered events per second of elapsed, P50/P99
+// are over every (put, watcher) pair, Extra["note"] has the median over puts
+// of the last watcher's delay (puts no watcher received are left out of
+// it: their events are missing, not instantaneous). It returns the number
+// of events delivered; with none, only Errors and ErrDist are set.
+func watchResult(ack []time.Time, recv [][]time.Time, putErrs int, elapsed time.Duration) (res Result, delivered int) {
 	var delays []time.Duration
 	var lasts []time.Duration
 	missing := 0
-	for i := 0; i < puts; i++ {
+	for i := range ack {
 		if ack[i].IsZero() {
 			continue
 		}
 		var last time.Duration
-		for w := 0; w < s.Watchers; w++ {
+		got := false
+		for w := range recv {
 			r := recv[w][i]
 			if r.IsZero() {
 				missing++
@@ -162,23 +181,25 @@ func (s *WatchBench) Run(ctx context.Context, env *Env) (Result, error) {
 			d := max(r.Sub(ack[i]), 0)
 			delays = append(delays, d)
 			last = max(last, d)
+			got = true
 		}
-		lasts = append(lasts, last)
+		if got {
+			lasts = append(lasts, last)
+		}
 	}
-	res := Result{Errors: errs + missing}
-	if errs+missing > 0 {
-		res.ErrDist = map[string]int{"put failed": errs, "event not received": missing}
+	res = Result{Errors: putErrs + missing}
+	if putErrs+missing > 0 {
+		res.ErrDist = map[string]int{"put failed": putErrs, "event not received": missing}
 	}
-	res.Command = fmt.Sprintf("tenure-bench watch suite %s: %d watchers over %d clients on one key, %d puts every %v (256-byte values)", s.Name, s.Watchers, s.Conns, puts, s.Interval)
 	if len(delays) == 0 {
-		return res, fmt.Errorf("%s: no event delivered", s.Name)
+		return res, 0
 	}
 	sort.Slice(delays, func(a, b int) bool { return delays[a] < delays[b] })
 	sort.Slice(lasts, func(a, b int) bool { return lasts[a] < lasts[b] })
-	res.RPS = float64(len(delays)) / putEnd.Sub(t0).Seconds()
+	res.RPS = float64(len(delays)) / elapsed.Seconds()
 	res.P50, res.P99 = pct(delays, 0.5), pct(delays, 0.99)
 	res.Extra = map[string]string{"note": fmt.Sprintf("last watcher %.1f ms", float64(pct(lasts, 0.5))/1e6)}
-	return res, nil
+	return res, len(delays)
 }
 
 // FailoverBench kills the leader with SIGKILL under a trickle of writes and
