@@ -108,18 +108,10 @@ func start(ctx context.Context, sys System, dir string, o Options) (*Cluster, er
 		return nil, err
 	}
 	c := &Cluster{Sys: sys, Dir: dir}
-	var initial []string
-	for i := 0; i < o.Size; i++ {
-		m := &member{
-			name:      fmt.Sprintf("m%d", i+1),
-			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
-			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
-		}
-		m.dataDir = filepath.Join(dir, "data", m.name)
-		m.logPath = filepath.Join(dir, "logs", m.name+".log")
-		c.members = append(c.members, m)
+	var initial string
+	c.members, initial = layout(dir, ports, o.Size)
+	for _, m := range c.members {
 		c.Endpoints = append(c.Endpoints, m.clientURL)
-		initial = append(initial, m.name+"="+m.peerURL)
 	}
 	token := fmt.Sprintf("bench-%d", time.Now().UnixNano())
 	for _, m := range c.members {
@@ -129,30 +121,7 @@ func start(ctx context.Context, sys System, dir string, o Options) (*Cluster, er
 		if err := os.MkdirAll(filepath.Dir(m.dataDir), 0o755); err != nil {
 			return nil, err
 		}
-		args := append([]string{}, sys.PreArgs...)
-		args = append(args,
-			"--name="+m.name,
-			"--data-dir="+m.dataDir,
-			"--listen-client-urls="+m.clientURL,
-			"--advertise-client-urls="+m.clientURL,
-			"--listen-peer-urls="+m.peerURL,
-			"--initial-advertise-peer-urls="+m.peerURL,
-			"--initial-cluster="+strings.Join(initial, ","),
-			"--initial-cluster-state=new",
-			"--initial-cluster-token="+token,
-			fmt.Sprintf("--heartbeat-interval=%d", o.HeartbeatMS),
-			fmt.Sprintf("--election-timeout=%d", o.ElectionMS),
-		)
-		if o.SnapshotCount > 0 {
-			args = append(args, fmt.Sprintf("--snapshot-count=%d", o.SnapshotCount))
-		}
-		if o.QuotaBackendBytes > 0 {
-			args = append(args, fmt.Sprintf("--quota-backend-bytes=%d", o.QuotaBackendBytes))
-		}
-		if o.LogLevel != "" {
-			args = append(args, "--log-level="+o.LogLevel)
-		}
-		m.args = args
+		m.args = memberArgs(sys, o, m, initial, token)
 		if err := c.launch(m, os.O_CREATE|os.O_TRUNC|os.O_WRONLY); err != nil {
 			c.Stop()
 			return nil, err
@@ -163,6 +132,54 @@ func start(ctx context.Context, sys System, dir string, o Options) (*Cluster, er
 		return nil, err
 	}
 	return c, nil
+}
+
+// layout names the size members m1…mN under dir (data/mN, logs/mN.log) and
+// gives member i the client port ports[2i] and the peer port ports[2i+1]
+// on 127.0.0.1; initial is the --initial-cluster value.
+func layout(dir string, ports []int, size int) (members []*member, initial string) {
+	var ini []string
+	for i := 0; i < size; i++ {
+		m := &member{
+			name:      fmt.Sprintf("m%d", i+1),
+			clientURL: fmt.Sprintf("http://127.0.0.1:%d", ports[2*i]),
+			peerURL:   fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1]),
+		}
+		m.dataDir = filepath.Join(dir, "data", m.name)
+		m.logPath = filepath.Join(dir, "logs", m.name+".log")
+		members = append(members, m)
+		ini = append(ini, m.name+"="+m.peerURL)
+	}
+	return members, strings.Join(ini, ",")
+}
+
+// memberArgs is member m's command line after the binary: the system's
+// PreArgs, then etcd's server flags, the same for every system.
+func memberArgs(sys System, o Options, m *member, initial, token string) []string {
+	args := append([]string{}, sys.PreArgs...)
+	args = append(args,
+		"--name="+m.name,
+		"--data-dir="+m.dataDir,
+		"--listen-client-urls="+m.clientURL,
+		"--advertise-client-urls="+m.clientURL,
+		"--listen-peer-urls="+m.peerURL,
+		"--initial-advertise-peer-urls="+m.peerURL,
+		"--initial-cluster="+initial,
+		"--initial-cluster-state=new",
+		"--initial-cluster-token="+token,
+		fmt.Sprintf("--heartbeat-interval=%d", o.HeartbeatMS),
+		fmt.Sprintf("--election-timeout=%d", o.ElectionMS),
+	)
+	if o.SnapshotCount > 0 {
+		args = append(args, fmt.Sprintf("--snapshot-count=%d", o.SnapshotCount))
+	}
+	if o.QuotaBackendBytes > 0 {
+		args = append(args, fmt.Sprintf("--quota-backend-bytes=%d", o.QuotaBackendBytes))
+	}
+	if o.LogLevel != "" {
+		args = append(args, "--log-level="+o.LogLevel)
+	}
+	return args
 }
 
 // CommandLine returns the command line of member i, for the report.
@@ -223,25 +240,20 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 func (c *Cluster) probe(ctx context.Context, cli *clientv3.Client) error {
-	var leader uint64
-	leaderEP := ""
-	for _, ep := range c.Endpoints {
+	leaderEP, err := agreedLeader(c.Endpoints, func(ep string) (leader, self uint64, err error) {
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
 		st, err := cli.Status(sctx, ep)
-		cancel()
 		if err != nil {
-			return fmt.Errorf("status %s: %w", ep, err)
+			return 0, 0, err
 		}
-		if st.Leader == 0 {
-			return fmt.Errorf("%s: no leader yet", ep)
+		if st.Header != nil {
+			self = st.Header.MemberId
 		}
-		if leader != 0 && st.Leader != leader {
-			return fmt.Errorf("members disagree on the leader")
-		}
-		leader = st.Leader
-		if st.Header != nil && st.Header.MemberId == st.Leader {
-			leaderEP = ep
-		}
+		return st.Leader, self, nil
+	})
+	if err != nil {
+		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -253,6 +265,33 @@ func (c *Cluster) probe(ctx context.Context, cli *clientv3.Client) error {
 	}
 	c.Leader = leaderEP
 	return nil
+}
+
+// agreedLeader asks every endpoint, in order, for its member id (self) and
+// the leader it knows (status), and fails at the first endpoint that
+// cannot answer, knows no leader, or names another leader than the ones
+// before it. It returns the endpoint whose member is that leader ("" if
+// none of them is).
+func agreedLeader(eps []string, status func(ep string) (leader, self uint64, err error)) (string, error) {
+	var agreed uint64
+	leaderEP := ""
+	for _, ep := range eps {
+		leader, self, err := status(ep)
+		if err != nil {
+			return "", fmt.Errorf("status %s: %w", ep, err)
+		}
+		if leader == 0 {
+			return "", fmt.Errorf("%s: no leader yet", ep)
+		}
+		if agreed != 0 && leader != agreed {
+			return "", fmt.Errorf("members disagree on the leader")
+		}
+		agreed = leader
+		if self == leader {
+			leaderEP = ep
+		}
+	}
+	return leaderEP, nil
 }
 
 // Stop terminates every member (SIGTERM, then SIGKILL after 3 s: a benchmark
@@ -348,15 +387,21 @@ func (c *Cluster) RSS() ([]int64, error) {
 		if err != nil {
 			return nil, err
 		}
-		var kb int64
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "VmRSS:") {
-				fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
-			}
-		}
-		out = append(out, kb*1024)
+		out = append(out, vmRSS(string(b)))
 	}
 	return out, nil
+}
+
+// vmRSS returns the VmRSS line of a /proc/<pid>/status text in bytes (the
+// kernel prints kB, i.e. KiB); 0 if there is none.
+func vmRSS(status string) int64 {
+	var kb int64
+	for _, l := range strings.Split(status, "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
+		}
+	}
+	return kb * 1024
 }
 
 // DiskUsage returns the bytes under each member's data dir, member order.
