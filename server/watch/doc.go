@@ -23,7 +23,10 @@
 //     The hub never mutates the events it is given; PrevKv is stripped by
 //     copying for watchers that did not ask for prev_kv.
 //   - Buffering is per stream (one gRPC Watch call): HubConfig.ChanSize event
-//     responses. Notify and the catch-up loop only ever try to enqueue;
+//     slots, a slot being one catch-up response or all of one revision's
+//     live responses on the stream (so a stream with many watchers of a key
+//     queues one slot per revision, and at most ChanSize responses per
+//     watcher). Notify and the catch-up loop only ever try to enqueue;
 //     control responses (created, canceled, progress) are always queued, and
 //     the stream stops reading requests while ChanSize of them are pending.
 //   - Catch-up runs in one background goroutine per hub, CatchUpBatch events

@@ -49,8 +49,10 @@ type HubConfig struct {
 	// for fragment, and the size at which catch-up responses are split (at
 	// revision boundaries) for all watchers. Default 1.5 MiB.
 	MaxResponseBytes int
-	// ChanSize bounds, per stream, the event responses queued for sending.
-	// When full, a watcher is moved to unsynced instead of blocking Notify.
+	// ChanSize bounds, per stream, the event slots queued for sending: a
+	// slot is one catch-up response, or every live response of one revision
+	// on the stream. When full, a watcher is moved to unsynced instead of
+	// blocking Notify.
 	// Default 128. It also bounds queued control responses (created,
 	// canceled) before the stream stops reading requests.
 	ChanSize int
@@ -207,6 +209,7 @@ type Hub struct {
 	nWatch           int
 	closed           bool
 	touched          []*watcher // Notify scratch
+	touchedSt        []*stream  // Notify scratch
 
 	kickc chan struct{}
 	donec chan struct{}
@@ -348,26 +351,67 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 			}
 		}
 	}
-	moved := false
+	// Group the responses by stream; watchers with the same events (all the
+	// watchers of one key, usually) share one Events slice.
+	sts := h.touchedSt[:0]
+	var last []*mvccpb.Event
+	var shared *sharedEvents
 	for j, w := range touched {
-		evs := make([]*mvccpb.Event, len(w.pend))
-		copy(evs, w.pend)
+		evs := last
+		if !sameEvents(w.pend, last) {
+			evs = make([]*mvccpb.Event, len(w.pend))
+			copy(evs, w.pend)
+			last = evs
+			shared = &sharedEvents{}
+		}
 		clear(w.pend)
 		w.pend = w.pend[:0]
 		touched[j] = nil
-		it := item{resp: newEventsResp(w.id, evs), rev: rev, frag: w.fragment, counted: true}
-		if w.st.out.tryPush(it) {
-			w.sentSinceTick = true
-			continue
+		st := w.st
+		if len(st.pendWs) == 0 {
+			sts = append(sts, st)
 		}
-		// Slow: it will read this revision (and later ones) from History.
-		h.toUnsynced(w, rev)
-		moved = true
+		st.pendWs = append(st.pendWs, w)
+		st.pendIt = append(st.pendIt, item{resp: newEventsResp(w.id, evs), rev: rev, frag: w.fragment, shared: shared})
 	}
 	h.touched = touched[:0]
+	moved := false
+	for j, st := range sts {
+		sts[j] = nil
+		// One event slot for the whole revision on this stream.
+		st.pendIt[len(st.pendIt)-1].counted = true
+		ok := st.out.tryPush(st.pendIt...)
+		for _, w := range st.pendWs {
+			if ok {
+				w.sentSinceTick = true
+			} else {
+				// Slow: it will read this revision (and later ones) from History.
+				h.toUnsynced(w, rev)
+				moved = true
+			}
+		}
+		clear(st.pendWs)
+		st.pendWs = st.pendWs[:0]
+		clear(st.pendIt)
+		st.pendIt = st.pendIt[:0]
+	}
+	h.touchedSt = sts[:0]
 	if moved {
 		h.kick()
 	}
+}
+
+// sameEvents reports whether a and b hold the same event pointers.
+func sameEvents(a, b []*mvccpb.Event) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // resyncFrom moves every synced watcher that could receive revision from

@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -37,13 +38,54 @@ type item struct {
 	resp    *pb.WatchResponse
 	rev     int64 // header revision
 	frag    bool  // the watcher asked for fragmentation
-	counted bool  // an event response: counts against ChanSize
+	counted bool  // takes one of the ChanSize event slots
+	ctrl    bool  // a control response (push)
+	// shared, if set, encodes resp.Events once for every response (of any
+	// stream) that carries the same Events slice.
+	shared *sharedEvents
 }
+
+// sharedEvents is the wire encoding of one Events slice, made once by the
+// first send loop that needs it and reused by every response carrying it:
+// with thousands of watchers on a key, marshaling each event once instead of
+// once per watcher.
+type sharedEvents struct {
+	once sync.Once
+	raw  []byte
+}
+
+// encode returns evs as the bytes of WatchResponse field events (11), as
+// proto.Marshal would write them.
+func (se *sharedEvents) encode(evs []*mvccpb.Event) []byte {
+	se.once.Do(func() {
+		n := 0
+		for _, ev := range evs {
+			n += protowire.SizeTag(eventsField) + protowire.SizeBytes(proto.Size(ev))
+		}
+		b := make([]byte, 0, n)
+		for _, ev := range evs {
+			b = protowire.AppendTag(b, eventsField, protowire.BytesType)
+			b = protowire.AppendVarint(b, uint64(proto.Size(ev)))
+			b, _ = proto.MarshalOptions{}.MarshalAppend(b, ev)
+		}
+		se.raw = b
+	})
+	return se.raw
+}
+
+// eventsField is the field number of WatchResponse.events.
+const eventsField protowire.Number = 11
 
 // outbox is a stream's send queue. Event responses are bounded (tryPush
 // fails when full, never blocks); control responses are always accepted
 // (their producers are bounded: the recv loop waits for room first, and the
 // hub pushes at most one cancel and one progress per watcher at a time).
+//
+// An event slot is one catch-up response, or all of one revision's live
+// responses for the stream (Notify pushes them together, the last one
+// counted): a stream carrying thousands of watchers of one key queues one
+// slot per revision, not one per watcher, so it is not declared slow (and
+// sent to History) merely for having many watchers.
 type outbox struct {
 	cap int
 
@@ -84,10 +126,13 @@ func (o *outbox) tryPush(its ...item) bool {
 		o.mu.Unlock()
 		return true
 	}
-	n := 0
+	n, c := 0, 0
 	for _, it := range its {
 		if it.counted {
 			n++
+		}
+		if it.ctrl {
+			c++
 		}
 	}
 	if n > 0 && o.events > 0 && o.events+n > o.cap {
@@ -96,14 +141,17 @@ func (o *outbox) tryPush(its ...item) bool {
 	}
 	o.q = append(o.q, its...)
 	o.events += n
-	o.ctrl += len(its) - n
+	o.ctrl += c
 	o.mu.Unlock()
 	signal(o.wake)
 	return true
 }
 
 // push appends a control item unconditionally.
-func (o *outbox) push(it item) { o.tryPush(it) }
+func (o *outbox) push(it item) {
+	it.counted, it.ctrl = false, true
+	o.tryPush(it)
+}
 
 func (o *outbox) pop() (item, bool) {
 	o.mu.Lock()
@@ -117,7 +165,8 @@ func (o *outbox) pop() (item, bool) {
 	o.head++
 	if it.counted {
 		o.events--
-	} else {
+	}
+	if it.ctrl {
 		o.ctrl--
 		signal(o.space)
 	}
@@ -169,6 +218,8 @@ type stream struct {
 	nextID          int64
 	unsynced        int
 	progressPending bool
+	pendWs          []*watcher // Notify scratch: this revision's watchers
+	pendIt          []item     // and their responses
 }
 
 type server struct {
@@ -231,6 +282,9 @@ func (s *server) Watch(gs grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResp
 		defer t.Stop()
 		leaderC = t.C
 	}
+	// Responses at one revision share a header (gRPC marshals a response
+	// before Send returns, so sharing it is safe).
+	var hdr *pb.ResponseHeader
 	for {
 		// Send everything queued, checking the other events between items.
 		for {
@@ -238,7 +292,10 @@ func (s *server) Watch(gs grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResp
 			if !ok {
 				break
 			}
-			if err := s.send(gs, it); err != nil {
+			if hdr == nil || hdr.Revision != it.rev {
+				hdr = s.header(it.rev)
+			}
+			if err := s.send(gs, it, hdr); err != nil {
 				return err
 			}
 			if it.counted && st.wantKick.Load() && st.out.lowWater() {
@@ -253,6 +310,7 @@ func (s *server) Watch(gs grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResp
 			default:
 			}
 		}
+		hdr = nil // the next batch gets a fresh term and leader
 		select {
 		case <-st.out.wake:
 		case <-progress.C:
@@ -277,11 +335,19 @@ func (s *server) Watch(gs grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResp
 	}
 }
 
-func (s *server) send(gs grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse], it item) error {
+func (s *server) send(gs grpc.BidiStreamingServer[pb.WatchRequest, pb.WatchResponse], it item, hdr *pb.ResponseHeader) error {
 	wr := it.resp
-	wr.Header = s.header(it.rev)
+	wr.Header = hdr
 	limit := s.h.cfg.MaxResponseBytes
 	if !it.frag || len(wr.Events) < 2 || proto.Size(wr) < limit {
+		if it.shared != nil && len(wr.Events) > 0 {
+			// The events go out as already-encoded bytes: protobuf writes
+			// a message's unknown fields verbatim, and the client decodes
+			// them as field 11 like any other encoding of the events.
+			raw := it.shared.encode(wr.Events)
+			wr.Events = nil
+			wr.ProtoReflect().SetUnknown(raw)
+		}
 		return gs.Send(wr)
 	}
 	// Fragment: each piece under the limit (a single event may exceed it),
