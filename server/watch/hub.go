@@ -149,6 +149,7 @@ type watcher struct {
 	minRev        int64
 	sentSinceTick bool
 	pend          []*mvccpb.Event // Notify scratch
+	tnode         *inode          // in Hub.rangeW (synced range watcher)
 }
 
 func (w *watcher) matches(key []byte) bool {
@@ -203,7 +204,7 @@ type Hub struct {
 	// member to reach a revision one of its watchers started beyond.
 	deferredProgress bool
 	keyW             map[string]*wset // synced single-key watchers
-	rangeW           wset             // synced range and from-key watchers
+	rangeW           itree            // synced range and from-key watchers
 	unsynced         wset
 	streams          map[*stream]struct{}
 	nWatch           int
@@ -345,10 +346,8 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 				add(w, i)
 			}
 		}
-		for _, w := range h.rangeW.ws {
-			if w.matches(ev.Kv.Key) {
-				add(w, i)
-			}
+		if h.rangeW.n > 0 {
+			h.rangeW.stab(ev.Kv.Key, func(w *watcher) { add(w, i) })
 		}
 	}
 	// Group the responses by stream; watchers with the same events (all the
@@ -421,7 +420,7 @@ func (h *Hub) resyncFrom(from int64) {
 	for _, s := range h.keyW {
 		ws = append(ws, s.ws...)
 	}
-	ws = append(ws, h.rangeW.ws...)
+	ws = h.rangeW.all(ws)
 	for _, w := range ws {
 		h.toUnsynced(w, max(from, w.minRev))
 	}
@@ -445,6 +444,10 @@ func (h *Hub) addSynced(w *watcher) {
 }
 
 func (h *Hub) detach(w *watcher) {
+	if w.tnode != nil {
+		h.rangeW.remove(w)
+		return
+	}
 	if w.set == nil {
 		return
 	}

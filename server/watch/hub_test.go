@@ -143,7 +143,7 @@ func BenchmarkNotifyFanout(b *testing.B) {
 					}
 					b.StartTimer()
 				}
-				h.Notify(int64(i+2), evs)
+				h.Notify(int64(i+1), evs)
 			}
 			b.StopTimer()
 			if _, slow := h.Stats(); slow != 0 {
