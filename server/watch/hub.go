@@ -371,12 +371,20 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 			sts = append(sts, st)
 		}
 		st.pendWs = append(st.pendWs, w)
-		st.pendIt = append(st.pendIt, item{resp: newEventsResp(w.id, evs), rev: rev, frag: w.fragment, shared: shared})
+		st.pendEv = append(st.pendEv, evs)
+		st.pendIt = append(st.pendIt, item{rev: rev, frag: w.fragment, shared: shared})
 	}
 	h.touched = touched[:0]
 	moved := false
 	for j, st := range sts {
 		sts[j] = nil
+		// The stream's responses of this revision are one allocation (it
+		// lives as long as the stream's queue holds any of them).
+		resps := make([]pbWatchResponse, len(st.pendIt))
+		for k := range st.pendIt {
+			resps[k].WatchId, resps[k].Events = st.pendWs[k].id, st.pendEv[k]
+			st.pendIt[k].resp = &resps[k]
+		}
 		// One event slot for the whole revision on this stream.
 		st.pendIt[len(st.pendIt)-1].counted = true
 		ok := st.out.tryPush(st.pendIt...)
@@ -393,6 +401,8 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 		st.pendWs = st.pendWs[:0]
 		clear(st.pendIt)
 		st.pendIt = st.pendIt[:0]
+		clear(st.pendEv)
+		st.pendEv = st.pendEv[:0]
 	}
 	h.touchedSt = sts[:0]
 	if moved {

@@ -220,6 +220,7 @@ type stream struct {
 	progressPending bool
 	pendWs          []*watcher // Notify scratch: this revision's watchers
 	pendIt          []item     // and their responses
+	pendEv          [][]*mvccpb.Event
 }
 
 type server struct {
