@@ -139,6 +139,18 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// A member forwards some requests (removing itself, promoting a learner)
+	// to another member's client URL; over https it presents its own client
+	// certificate (--cert-file, which --client-cert-auth clusters issue for
+	// client use too, as etcd's gateway does) and trusts --trusted-ca-file.
+	var forwardCreds credentials.TransportCredentials
+	if cfg.ClientTLS.CertFile != "" {
+		dial, err := cfg.ClientTLS.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--cert-file: %w", err)
+		}
+		forwardCreds = credentials.NewTLS(dial)
+	}
 	node, err := raftnode.New(raftnode.Config{
 		Name:            cfg.Name,
 		DB:              db,
@@ -179,6 +191,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		Node: node, Applier: ap, KV: kv, Lessor: lessor, DB: db,
 		MaxTxnOps: cfg.MaxTxnOps, MaxRequestBytes: cfg.MaxRequestBytes,
 		RequestTimeout: cfg.RequestTimeout, MinLeaseTTL: minTTL, QuotaBytes: cfg.QuotaBackendBytes, Logger: lg,
+		ForwardCreds: forwardCreds,
 	})
 
 	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db, metrics: mm, edge: edge, ap: ap}

@@ -17,6 +17,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -57,7 +58,10 @@ type Config struct {
 	RequestTimeout  time.Duration
 	MinLeaseTTL     int64 // seconds; shorter grants are raised to it
 	QuotaBytes      int64 // --quota-backend-bytes: NOSPACE is raised above it (0: no quota)
-	Logger          *slog.Logger
+	// ForwardCreds dials other members' https:// client URLs when a request
+	// must be forwarded (nil: only http:// URLs are used).
+	ForwardCreds credentials.TransportCredentials
+	Logger       *slog.Logger
 }
 
 // Server implements the etcd KV, Lease, Cluster and Maintenance services.
@@ -546,7 +550,7 @@ func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) 
 const forwardedKey = "tenure-forwarded"
 
 // forwardPromote sends a MemberPromote to the leader's client URL. Without
-// a reachable plaintext leader URL it answers etcd's "not leader".
+// a usable leader URL (see dialMember) it answers etcd's "not leader".
 func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
 		return nil, rpctypes.ErrGRPCNotLeader
@@ -559,7 +563,7 @@ func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest)
 		if m.ID != lead {
 			continue
 		}
-		if conn := dialMember(m); conn != nil {
+		if conn := dialMember(m, s.cfg.ForwardCreds); conn != nil {
 			resp, err := pb.NewClusterClient(conn).MemberPromote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
 			_ = conn.Close()
 			return resp, err
@@ -568,23 +572,33 @@ func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest)
 	return nil, rpctypes.ErrGRPCNotLeader
 }
 
-// dialMember connects to m's first plaintext client URL (nil if it has none):
-// requests this member cannot complete itself are forwarded there.
-func dialMember(m raftnode.Member) *grpc.ClientConn {
+// dialMember connects to the first of m's client URLs it can use: http://
+// in plaintext, https:// with tlsCreds (skipped when nil). Requests this
+// member cannot complete itself are forwarded there; nil if none is usable.
+func dialMember(m raftnode.Member, tlsCreds credentials.TransportCredentials) *grpc.ClientConn {
 	for _, raw := range m.ClientURLs {
 		u, err := url.Parse(raw)
-		if err != nil || u.Scheme != "http" {
+		if err != nil {
 			continue
 		}
-		if conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(insecure.NewCredentials())); err == nil {
+		var creds credentials.TransportCredentials
+		switch {
+		case u.Scheme == "http":
+			creds = insecure.NewCredentials()
+		case u.Scheme == "https" && tlsCreds != nil:
+			creds = tlsCreds
+		default:
+			continue
+		}
+		if conn, err := grpc.NewClient(u.Host, grpc.WithTransportCredentials(creds)); err == nil {
 			return conn
 		}
 	}
 	return nil
 }
 
-// forwardRemove sends a MemberRemove to another member's plaintext client
-// URL (the leader when that is another member). ok is false when no other
+// forwardRemove sends a MemberRemove to another member's client URL (the
+// leader when that is another member; see dialMember for which URLs). ok is false when no other
 // member could be asked, and the caller proposes the removal itself.
 func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error, bool) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
@@ -600,7 +614,7 @@ func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (
 		if m.ID == self || m.IsLearner {
 			continue
 		}
-		if conn := dialMember(m); conn != nil {
+		if conn := dialMember(m, s.cfg.ForwardCreds); conn != nil {
 			resp, err := pb.NewClusterClient(conn).MemberRemove(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
 			_ = conn.Close()
 			return resp, err, true

@@ -217,4 +217,44 @@ func TestTLS(t *testing.T) {
 			t.Fatalf("without a client certificate: status %d, want a refused handshake", resp.StatusCode)
 		}
 	})
+
+	// Last: it shrinks the cluster. A member asked to remove itself forwards
+	// the request to another member's https:// client URL, presenting its
+	// own certificate to a --client-cert-auth cluster.
+	t.Run("MemberRemove of a follower through its own https endpoint", func(t *testing.T) {
+		cli := c.client(good, c.endpoints()...)
+		follower := -1
+		var followerID uint64
+		for i := range c.clients {
+			st, err := cli.Status(ctx, c.endpoint(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Leader != st.Header.MemberId {
+				follower, followerID = i, st.Header.MemberId
+			}
+		}
+		if follower < 0 {
+			t.Fatal("no member reports itself a follower")
+		}
+		self := c.client(good, c.endpoint(follower))
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := self.MemberRemove(rctx, followerID); err != nil {
+			t.Fatalf("removing a follower through its own endpoint: %v", err)
+		}
+		other := c.endpoint((follower + 1) % len(c.clients))
+		ml, err := c.client(good, other).MemberList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ml.Members) != 2 {
+			t.Fatalf("%d members after the removal, want 2", len(ml.Members))
+		}
+		for _, m := range ml.Members {
+			if m.ID == followerID {
+				t.Fatalf("removed member %x still listed", followerID)
+			}
+		}
+	})
 }
