@@ -304,7 +304,25 @@ func (r *Run) sutLabel() string {
 	return "(no system under test)"
 }
 
-// WriteFile writes the markdown.
+// WriteFile writes the markdown, with absolute paths under the main
+// repository (the parent of the working directory, bench/) made relative:
+// reports are committed, and paths of the machine that ran them are not.
 func (r *Run) WriteFile(path, chartDir string) error {
-	return os.WriteFile(path, []byte(r.Markdown(chartDir)), 0o644)
+	md := r.Markdown(chartDir)
+	if wd, err := os.Getwd(); err == nil {
+		md = relativizePaths(md, wd)
+	}
+	return os.WriteFile(path, []byte(md), 0o644)
+}
+
+// relativizePaths rewrites benchDir/... as bench/... and the main
+// repository's other paths (benchDir's parent) as ./...
+func relativizePaths(md, benchDir string) string {
+	benchDir = filepath.Clean(benchDir)
+	root := filepath.Dir(benchDir)
+	if root == "/" || root == "." {
+		return md
+	}
+	md = strings.ReplaceAll(md, benchDir+"/", "bench/")
+	return strings.ReplaceAll(md, root+"/", "./")
 }

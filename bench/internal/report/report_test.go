@@ -343,3 +343,17 @@ func countColor(img image.Image, c color.Color) int {
 	}
 	return n
 }
+
+// Committed reports carry no paths of the machine that ran them.
+func TestRelativizePaths(t *testing.T) {
+	in := "`/srv/x/main/bench/bin/etcd` --data-dir=/srv/x/main/bench/work/r1/data " +
+		"(repo /srv/x/main/cmd/tenure) /usr/share/java/zookeeper.jar /srv/x/other/f"
+	want := "`bench/bin/etcd` --data-dir=bench/work/r1/data " +
+		"(repo ./cmd/tenure) /usr/share/java/zookeeper.jar /srv/x/other/f"
+	if got := relativizePaths(in, "/srv/x/main/bench"); got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	if got := relativizePaths(in, "/bench"); got != in {
+		t.Fatalf("bench at the file system root: %s changed to %s", in, got)
+	}
+}
