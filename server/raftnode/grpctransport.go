@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -81,9 +82,12 @@ type GRPCTransport struct {
 	h     Handler
 	peers map[uint64]*grpcPeer
 	ready chan struct{} // closed by Start
-	stopc chan struct{}
-	once  sync.Once
-	wg    sync.WaitGroup
+	// batchesRecv counts raft message batches received (tests: that a
+	// burst travels in fewer stream writes than messages).
+	batchesRecv atomic.Uint64
+	stopc       chan struct{}
+	once        sync.Once
+	wg          sync.WaitGroup
 }
 
 // NewGRPCTransport creates a gRPC transport; Register it on the peer server.
@@ -155,6 +159,7 @@ func (t *GRPCTransport) serveMessages(s grpc.ServerStream) error {
 			}
 			return err // a corrupt batch arrives as a codes.Internal error
 		}
+		t.batchesRecv.Add(1)
 		for _, m := range in.msgs {
 			_ = h.Process(s.Context(), m)
 		}

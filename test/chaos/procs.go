@@ -7,12 +7,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/tenure-io/tenure/test/cluster"
 )
 
 // The chaos binary is also its own helper processes: started with
@@ -211,7 +212,7 @@ func (c *child) stop() error {
 		return err
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for !allThreadsStopped(c.pid()) {
+	for !cluster.AllThreadsStopped(c.pid()) {
 		if _, exited := c.exitCode(); exited {
 			return fmt.Errorf("%s exited", c.name)
 		}
@@ -237,26 +238,4 @@ func (c *child) logTail(n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// allThreadsStopped reports whether every thread of pid is in state T
-// (stopped) according to /proc.
-func allThreadsStopped(pid int) bool {
-	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
-	if len(stats) == 0 {
-		return false
-	}
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return false
-		}
-		// pid (comm) S ...: the state follows the last ')'.
-		s := string(b)
-		j := strings.LastIndexByte(s, ')')
-		if j < 0 || j+2 >= len(s) || (s[j+2] != 'T' && s[j+2] != 't') {
-			return false
-		}
-	}
-	return true
 }

@@ -370,7 +370,7 @@ func (c *Cluster) Pause(i int) {
 	pid := m.cmd.Process.Pid
 	m.mu.Unlock()
 	deadline := time.Now().Add(5 * time.Second)
-	for !allThreadsStopped(pid) {
+	for !AllThreadsStopped(pid) {
 		if time.Now().After(deadline) {
 			c.t.Fatalf("member %d (pid %d) did not stop within 5s of SIGSTOP", i, pid)
 		}

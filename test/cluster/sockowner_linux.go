@@ -78,9 +78,9 @@ func port(hexAddr string) int {
 	return int(p)
 }
 
-// allThreadsStopped reports whether every thread of pid is in state T
+// AllThreadsStopped reports whether every thread of pid is in state T
 // (stopped) according to /proc.
-func allThreadsStopped(pid int) bool {
+func AllThreadsStopped(pid int) bool {
 	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
 	if len(stats) == 0 {
 		return false
