@@ -5,7 +5,9 @@
 //   - KindEtcd: a proto-encoded etcdserverpb.InternalRaftRequest (Put,
 //     DeleteRange, Txn, Compaction, LeaseGrant, LeaseRevoke).
 //   - KindLeaseRenew: one or more (request id, lease id) pairs, each a
-//     renewal at the entry's index (keepalives are batched per member) —
+//     renewal at the entry's index (keepalives are batched per member, and
+//     the leader merges followers' forwarded batches into its own:
+//     AbsorbProposal) —
 //     every keepalive is replicated, so an acknowledged renewal survives any
 //     leader change.
 //   - KindLeaseExpire: the highest grant/renewal index the leader had

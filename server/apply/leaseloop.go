@@ -130,6 +130,10 @@ const (
 	// renewProposeTimeout bounds one batch's hand-off to raft (waiting for
 	// a leader included); every waiter also has its own deadline.
 	renewProposeTimeout = 2 * time.Second
+	// renewMarkerTimeout bounds how long a batch holding forwarded pairs
+	// (AbsorbProposal) may hold the pipeline when it is lost; the
+	// forwarding members re-propose their renewals on their own.
+	renewMarkerTimeout = time.Second
 )
 
 // renewBatch is one KindLeaseRenew entry. Fields other than done/err are
@@ -139,6 +143,7 @@ type renewBatch struct {
 	data     []byte
 	waiting  int  // renewals in the batch whose Renew has not returned
 	proposed bool // taken out of the batcher (counted in inflight)
+	marker   uint64 // request id of the marker pair when the batch holds forwarded pairs
 	done     chan struct{}
 	err      error
 }
@@ -165,20 +170,38 @@ func (a *Applier) takeLocked() *renewBatch {
 // with it when it stops waiting.
 func (a *Applier) enqueueRenew(reqID uint64, leaseID int64) *renewBatch {
 	a.renews.mu.Lock()
-	b := a.renews.cur
-	if b == nil {
-		b = &renewBatch{data: make([]byte, 1, 1+renewPairBytes*8), done: make(chan struct{})}
-		b.data[0] = KindLeaseRenew
-		a.renews.cur = b
-	}
+	b := a.openLocked()
 	b.data = binary.BigEndian.AppendUint64(b.data, reqID)
 	b.data = binary.BigEndian.AppendUint64(b.data, uint64(leaseID))
 	b.waiting++
+	a.scheduleLocked(b, false)
+	return b
+}
+
+// openLocked returns the open batch, starting one if needed (renews.mu held).
+func (a *Applier) openLocked() *renewBatch {
+	if a.renews.cur == nil {
+		b := &renewBatch{data: make([]byte, 1, 1+renewPairBytes*8), done: make(chan struct{})}
+		b.data[0] = KindLeaseRenew
+		a.renews.cur = b
+	}
+	return a.renews.cur
+}
+
+// scheduleLocked proposes b now if the pipeline has room or b is full, and
+// otherwise makes sure it goes within renewBatchMaxWait. It releases
+// renews.mu. async proposes from a new goroutine (callers that must not
+// block on raft).
+func (a *Applier) scheduleLocked(b *renewBatch, async bool) {
 	if a.renews.inflight < renewMaxInFlight || (len(b.data)-1)/renewPairBytes >= renewBatchMax {
 		a.takeLocked()
 		a.renews.mu.Unlock()
-		a.proposeRenews(b)
-		return b
+		if async {
+			go a.proposeRenews(b)
+		} else {
+			a.proposeRenews(b)
+		}
+		return
 	}
 	if b.waiting == 1 {
 		time.AfterFunc(renewBatchMaxWait, func() {
@@ -193,7 +216,62 @@ func (a *Applier) enqueueRenew(reqID uint64, leaseID int64) *renewBatch {
 		})
 	}
 	a.renews.mu.Unlock()
-	return b
+}
+
+// AbsorbProposal implements raftnode.ProposalAbsorber. On the leader, a
+// follower's forwarded KindLeaseRenew entry is not appended as an entry of
+// its own: its pairs join this member's open batch, so the whole cluster's
+// renewals of one commit round share one raft entry (one append, one fsync
+// per member) instead of one entry per member. The pairs keep their request
+// ids, which are unique per member, so each member answers its own waiters
+// when it applies the merged entry, as before.
+//
+// The forwarded pairs have no waiter here. A marker pair — a request of
+// this member for lease 0, which every member's apply answers "not found"
+// without writing anything — tells this member when the batch was applied,
+// so forwarded pairs hold the one-batch-in-flight pipeline like local ones.
+func (a *Applier) AbsorbProposal(data []byte) bool {
+	if len(data) < 1+renewPairBytes || data[0] != KindLeaseRenew || (len(data)-1)%renewPairBytes != 0 {
+		return false
+	}
+	a.renews.mu.Lock()
+	b := a.openLocked()
+	b.data = append(b.data, data[1:]...)
+	if b.marker == 0 {
+		b.marker = a.nextID()
+		ch := make(chan Result, 1)
+		a.mu.Lock()
+		a.waits[b.marker] = ch
+		a.mu.Unlock()
+		b.data = binary.BigEndian.AppendUint64(b.data, b.marker)
+		b.data = binary.BigEndian.AppendUint64(b.data, 0)
+		b.waiting++
+		go a.awaitMarker(b, ch)
+	}
+	a.scheduleLocked(b, true)
+	return true
+}
+
+// awaitMarker waits until b's marker pair is applied (or b is lost) and
+// then lets b leave the pipeline.
+func (a *Applier) awaitMarker(b *renewBatch, ch chan Result) {
+	t := time.NewTimer(renewMarkerTimeout)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-b.done:
+		if b.err == nil {
+			select {
+			case <-ch:
+			case <-t.C:
+			}
+		}
+	case <-t.C:
+	}
+	a.mu.Lock()
+	delete(a.waits, b.marker)
+	a.mu.Unlock()
+	a.renewDone(b)
 }
 
 // renewDone records that one renewal of b stopped waiting; when the last

@@ -39,6 +39,16 @@ type StateMachine interface {
 	Reload() error
 }
 
+// ProposalAbsorber is optionally implemented by a StateMachine. On the
+// leader, each normal entry of a proposal forwarded by a follower is offered
+// to AbsorbProposal before raft sees it; an entry it absorbs (returns true
+// for) is not appended as an entry of its own: the state machine takes over
+// proposing its content, typically merged with its own pending entries. It
+// runs on the forwarding goroutine and must not block on raft.
+type ProposalAbsorber interface {
+	AbsorbProposal(data []byte) bool
+}
+
 // Member is one cluster member as MemberList reports it.
 type Member struct {
 	ID         uint64   `json:"id"`

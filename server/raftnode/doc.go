@@ -12,11 +12,18 @@
 //
 // Invariants:
 //   - New entries, term and vote are synced to disk before messages that
-//     depend on them are sent, and before committed entries are handed to
-//     apply. A Ready that only advances the commit index is written without
-//     waiting for the disk (raft's MustSync rule, as etcd): the commit index
-//     is recoverable from a quorum, and Pebble's write-ahead log keeps writes
-//     in order, so a stored applied index never exceeds the stored commit.
+//     depend on them are sent. A committed entry is handed to apply only once
+//     it is on disk: committed entries that earlier Readys wrote (and this
+//     one does not rewrite) are handed over before this Ready is persisted,
+//     so under load an entry's apply does not wait for the next entries'
+//     fsync (etcd does the same); the rest after. A Ready that only advances
+//     the commit index is written without waiting for the disk (raft's
+//     MustSync rule, as etcd): the commit index is recoverable from a quorum.
+//     A stored applied index may therefore pass the stored commit index after
+//     a crash, never the stored log; restart raises the commit index to it.
+//   - On the leader, proposals forwarded by followers are first offered to a
+//     StateMachine that implements ProposalAbsorber (renewal batches are
+//     merged into the leader's own).
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key

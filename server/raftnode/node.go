@@ -75,6 +75,7 @@ type Node struct {
 	readSeq      atomic.Uint64
 	readRounds   atomic.Uint64 // ReadIndex rounds issued (tests)
 	snapsRecv    atomic.Uint64 // snapshots installed from the leader (tests)
+	absorbed     atomic.Uint64 // forwarded proposals the state machine absorbed (tests)
 	snapsSent    atomic.Uint64
 	startOnce    sync.Once
 	stopOnce     sync.Once
@@ -144,6 +145,7 @@ func New(cfg Config) (*Node, error) {
 		if err := n.adoptInstalledSnapshot(p); err != nil {
 			return nil, err
 		}
+		raiseCommitToApplied(p, n.applied)
 		if err := n.ms.ApplySnapshot(p.snap); err != nil {
 			return nil, err
 		}
@@ -263,6 +265,28 @@ func (n *Node) adoptInstalledSnapshot(p *persisted) error {
 	p.hs = hs
 	p.ents = nil
 	return nil
+}
+
+// raiseCommitToApplied handles a crash after an apply batch reached the disk
+// but before the hard state that moved the commit index did: committed
+// entries are applied while a Ready is persisted, and a hard state that only
+// moves the commit index is written without a sync. Entries up to the
+// applied index were committed (only committed entries are applied) and are
+// in the local log, so the commit index moves up to them.
+func raiseCommitToApplied(p *persisted, applied uint64) {
+	last := p.snap.GetMetadata().GetIndex()
+	if k := len(p.ents); k > 0 {
+		last = p.ents[k-1].GetIndex()
+	}
+	if applied <= p.hs.GetCommit() || applied > last {
+		return
+	}
+	hs := &raftpb.HardState{}
+	if p.hs != nil {
+		hs = proto.Clone(p.hs).(*raftpb.HardState)
+	}
+	hs.Commit = proto.Uint64(applied)
+	p.hs = hs
 }
 
 func (n *Node) loadApplied() error {
@@ -396,6 +420,20 @@ func (n *Node) readyLoop() {
 			// them (raft tracks its own match index through Advance).
 			n.send(rd.Messages)
 		}
+		// Committed entries already on disk and not rewritten by this Ready
+		// are applied while it is persisted (as etcd does): under load the
+		// leader's Ready carries both new entries and the commit of earlier
+		// ones, and waiting for the new entries' fsync would add one disk
+		// sync to every request's latency. Entries this Ready writes (a
+		// follower may learn them committed in the same message) are applied
+		// only after the write, so the applied index never passes the log.
+		committed := rd.CommittedEntries
+		if early := n.stableCommitted(rd); early > 0 {
+			if !n.dispatchApply(committed[:early]) {
+				return
+			}
+			committed = committed[early:]
+		}
 		// Only a Ready that persists something is a durability step: the
 		// failpoints and the sync timing count exactly those.
 		persists := rd.HardState != nil || len(rd.Entries) > 0 || !raft.IsEmptySnap(rd.Snapshot)
@@ -438,34 +476,58 @@ func (n *Node) readyLoop() {
 		if !leader {
 			n.send(rd.Messages)
 		}
-		if len(rd.CommittedEntries) > 0 {
-			item := applyItem{ents: rd.CommittedEntries}
-			hasCC := false
-			for _, e := range rd.CommittedEntries {
-				if e.GetType() != raftpb.EntryNormal {
-					hasCC = true
-				}
-			}
-			if hasCC {
-				item.done = make(chan struct{})
-			}
-			select {
-			case n.applyc <- item:
-			case <-n.stopc:
-				return
-			}
-			if hasCC {
-				// Conf changes must reach raft before it produces more
-				// messages (votes from removed members must not count).
-				select {
-				case <-item.done:
-				case <-n.stopc:
-					return
-				}
-			}
+		if !n.dispatchApply(committed) {
+			return
 		}
 		n.rn.Advance()
 	}
+}
+
+// stableCommitted counts the leading committed entries of rd that are on
+// disk before rd is persisted and that rd does not rewrite.
+func (n *Node) stableCommitted(rd raft.Ready) int {
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		return 0
+	}
+	stable := n.lastIndex
+	if len(rd.Entries) > 0 && rd.Entries[0].GetIndex() <= stable {
+		stable = rd.Entries[0].GetIndex() - 1
+	}
+	k := 0
+	for k < len(rd.CommittedEntries) && rd.CommittedEntries[k].GetIndex() <= stable {
+		k++
+	}
+	return k
+}
+
+// dispatchApply hands committed entries to the apply loop, in order. A group
+// holding a conf change is waited for: raft must see the change before it
+// produces more messages (votes from removed members must not count). It
+// returns false when the node stops.
+func (n *Node) dispatchApply(ents []*raftpb.Entry) bool {
+	if len(ents) == 0 {
+		return true
+	}
+	item := applyItem{ents: ents}
+	for _, e := range ents {
+		if e.GetType() != raftpb.EntryNormal {
+			item.done = make(chan struct{})
+			break
+		}
+	}
+	select {
+	case n.applyc <- item:
+	case <-n.stopc:
+		return false
+	}
+	if item.done != nil {
+		select {
+		case <-item.done:
+		case <-n.stopc:
+			return false
+		}
+	}
+	return true
 }
 
 // send hands messages to the transport; MsgSnap goes through the snapshot path.
@@ -641,6 +703,9 @@ func (n *Node) forwardLoop() {
 	for {
 		select {
 		case m := <-n.fwdPropc:
+			if m = n.absorb(m); m == nil {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
 			_ = n.rn.Step(ctx, m)
 			cancel()
@@ -648,6 +713,38 @@ func (n *Node) forwardLoop() {
 			return
 		}
 	}
+}
+
+// absorb offers a forwarded proposal's entries to the state machine when it
+// is a ProposalAbsorber and this member leads; it returns the message with
+// the entries left to step (nil when none are).
+func (n *Node) absorb(m *raftpb.Message) *raftpb.Message {
+	ab, ok := n.sm.(ProposalAbsorber)
+	if !ok || !n.isLeader.Load() {
+		return m
+	}
+	var keep []*raftpb.Entry
+	for i, e := range m.GetEntries() {
+		if e.GetType() == raftpb.EntryNormal && len(e.GetData()) > 0 && e.GetData()[0] != internalPrefix && ab.AbsorbProposal(e.GetData()) {
+			if keep == nil {
+				keep = append(make([]*raftpb.Entry, 0, len(m.GetEntries())), m.GetEntries()[:i]...)
+			}
+			continue
+		}
+		if keep != nil {
+			keep = append(keep, e)
+		}
+	}
+	if keep == nil {
+		return m
+	}
+	if len(keep) == 0 {
+		n.absorbed.Add(1)
+		return nil
+	}
+	n.absorbed.Add(1)
+	m.Entries = keep
+	return m
 }
 
 // ReportUnreachable tells raft that a peer could not be reached.

@@ -1,0 +1,158 @@
+package raftnode
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/server/failpoint"
+)
+
+// absorbingSM absorbs entries starting with "absorb:" and proposes them
+// again, merged, as "merged:<data>" through its own node.
+type absorbingSM struct {
+	*testSM
+	node     func() *Node
+	mu       sync.Mutex
+	absorbed []string
+}
+
+func (s *absorbingSM) AbsorbProposal(data []byte) bool {
+	if !bytes.HasPrefix(data, []byte("absorb:")) {
+		return false
+	}
+	s.mu.Lock()
+	s.absorbed = append(s.absorbed, string(data))
+	s.mu.Unlock()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.node().Propose(ctx, append([]byte("merged:"), data...))
+	}()
+	return true
+}
+
+func (s *absorbingSM) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.absorbed)
+}
+
+// The leader offers proposals forwarded by followers to a ProposalAbsorber
+// state machine; what it absorbs never becomes an entry of its own, what
+// it declines is replicated as usual.
+func TestLeaderOffersForwardedProposalsToAbsorber(t *testing.T) {
+	var (
+		mu        sync.Mutex
+		absorbers = map[string]*absorbingSM{}
+		nodes     = map[string]*Node{}
+	)
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
+		name := cfg.Name
+		ab := &absorbingSM{testSM: cfg.StateMachine.(*testSM), node: func() *Node {
+			mu.Lock()
+			defer mu.Unlock()
+			return nodes[name]
+		}}
+		mu.Lock()
+		absorbers[name] = ab
+		mu.Unlock()
+		cfg.StateMachine = ab
+	})
+	mu.Lock()
+	for i, name := range c.names {
+		nodes[name] = c.nodes[i]
+	}
+	mu.Unlock()
+	lead := c.leader()
+	f := (lead + 1) % 3
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.nodes[f].Propose(ctx, []byte("absorb:x")); err != nil {
+		t.Fatal(err)
+	}
+	c.propose(f, []byte("plain:y")) // declined: replicated as is
+	for i := range c.nodes {
+		waitFor(t, 10*time.Second, "the merged entry on every member", func() bool { return c.sms[i].hasSeen("merged:absorb:x") })
+		if c.sms[i].hasSeen("absorb:x") {
+			t.Fatalf("m%d applied the absorbed entry itself", i)
+		}
+		if !c.sms[i].hasSeen("plain:y") {
+			t.Fatalf("m%d lacks the declined entry", i)
+		}
+	}
+	if n := absorbers[c.names[lead]].count(); n != 1 {
+		t.Fatalf("leader absorbed %d entries, want 1", n)
+	}
+	if n := c.nodes[lead].absorbed.Load(); n != 1 {
+		t.Fatalf("leader counted %d absorbed proposals, want 1", n)
+	}
+	for i := range c.nodes {
+		if i != lead && absorbers[c.names[i]].count() != 0 {
+			t.Fatalf("follower m%d was offered a proposal", i)
+		}
+	}
+}
+
+// Committed entries already on disk are applied while the Ready that
+// commits them is persisted, not after: the save of the Ready that moves
+// the commit index sleeps 3 s and the entry is applied well before.
+func TestCommittedEntriesApplyWhileReadyPersists(t *testing.T) {
+	c := newTestCluster(t, 1, testSeed(t).Int63(), false, nil)
+	c.leader()
+	c.propose(0, []byte("settle"))
+	// Hit 1: the entry's own save (entries, synced). Hit 2: the Ready that
+	// commits it (hard state) — it sleeps.
+	if err := failpoint.Enable(failpoint.RaftBeforeSave + "=2*sleep:3s"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(failpoint.Disable)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.nodes[0].Propose(ctx, []byte("early")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the entry applied", func() bool { return c.sms[0].hasSeen("early") })
+	if d := time.Since(start); d >= 2*time.Second {
+		t.Fatalf("entry applied after %v: it waited for the save of the Ready that committed it", d)
+	}
+}
+
+// A crash may leave an apply batch on disk without the (unsynced) hard
+// state that moved the commit index: restart raises the commit index to the
+// applied index, never past the log.
+func TestRaiseCommitToApplied(t *testing.T) {
+	mk := func(commit, last uint64) *persisted {
+		p := &persisted{hs: &raftpb.HardState{Term: proto.Uint64(2), Commit: proto.Uint64(commit)},
+			snap: &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{Index: proto.Uint64(3)}}, hasRaft: true}
+		for i := uint64(4); i <= last; i++ {
+			p.ents = append(p.ents, &raftpb.Entry{Index: proto.Uint64(i), Term: proto.Uint64(2)})
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		commit, last, applied, want uint64
+	}{
+		{commit: 5, last: 10, applied: 8, want: 8},  // applied ahead of the stored commit
+		{commit: 9, last: 10, applied: 8, want: 9},  // commit already ahead
+		{commit: 5, last: 10, applied: 12, want: 5}, // beyond the log: the snapshot-adoption path's case
+		{commit: 2, last: 3, applied: 3, want: 3},   // log empty past the snapshot
+	} {
+		p := mk(tc.commit, tc.last)
+		raiseCommitToApplied(p, tc.applied)
+		if got := p.hs.GetCommit(); got != tc.want {
+			t.Errorf("commit %d, last %d, applied %d: commit = %d, want %d", tc.commit, tc.last, tc.applied, got, tc.want)
+		}
+		if p.hs.GetTerm() != 2 {
+			t.Errorf("term changed to %d", p.hs.GetTerm())
+		}
+	}
+}
+
