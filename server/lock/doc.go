@@ -25,6 +25,10 @@
 //     DelayScheduler waits the delay on its monotonic clock and proposes
 //     OpEndDelay for that epoch. A new leader restarts delays at full length.
 //   - Every limit that affects the outcome (MaxWaiters) travels in the entry.
+//   - Names of forgotten locks are cached as empty (bounded) so a lock used
+//     again does not re-read its prefix from the store (a read that costs a
+//     seek per key ever written there since the last compaction); any put
+//     under the prefix drops the entry. The cache never changes an outcome.
 //
 // Errors: ErrLeaseRequired, ErrInvalidName, ErrTooManyWaiters,
 // ErrWaiterRemoved (returned by the API edge when a NoteRemoved ends a wait),

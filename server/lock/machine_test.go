@@ -426,3 +426,64 @@ type pebbleQuiet struct{}
 func (pebbleQuiet) Infof(string, ...any)      {}
 func (pebbleQuiet) Errorf(f string, a ...any) { fmt.Printf("pebble: "+f+"\n", a...) }
 func (pebbleQuiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// A lock forgotten when its last key went is remembered as empty: using it
+// again reads nothing from the store. A put under its prefix in between
+// (a plain-KV Mutex key) drops that knowledge, and the queue is read again.
+func TestForgottenLockSkipsQueueReadUntilAPutUnderIt(t *testing.T) {
+	h := newHarness(t)
+	h.grant(0x1, 0x2)
+	name := "idle"
+	for i := 0; i < 3; i++ {
+		r := h.acquire(name, 0x1)
+		if !r.Granted {
+			t.Fatalf("cycle %d: not granted", i)
+		}
+		h.del(r.Key)
+		if h.m.Get(name, 0).Known {
+			t.Fatalf("cycle %d: lock not forgotten after its last key went", i)
+		}
+	}
+	if n := h.m.ranges.Load(); n != 1 {
+		t.Fatalf("queue read %d times over 3 cycles, want 1 (then the empty cache)", n)
+	}
+
+	h.put(name+"/2", 0x2) // a plain-KV waiter arrives while the lock is forgotten
+	r := h.acquire(name, 0x1)
+	if r.Granted {
+		t.Fatal("granted over a key already under the prefix")
+	}
+	if o := h.owner(name); o.Key != name+"/2" {
+		t.Fatalf("owner = %q, want the plain key %s/2", o.Key, name)
+	}
+	if n := h.m.ranges.Load(); n != 2 {
+		t.Fatalf("queue read %d times, want 2: the put must drop the cached emptiness", n)
+	}
+
+	// Nested prefixes: a put under "a/b/" also holds a key under "a/".
+	h.grant(0x3)
+	r = h.acquire("a", 0x3)
+	h.del(r.Key)
+	h.put("a/b/c", 0x3)
+	if r := h.acquire("a", 0x1); r.Granted {
+		t.Fatal(`granted "a" over a key under a/ (a/b/c)`)
+	}
+}
+
+// The cache is bounded: when full it starts over, and a miss only costs the
+// range read.
+func TestEmptyLockCacheIsBounded(t *testing.T) {
+	h := newHarness(t)
+	h.m.emptyCap = 4
+	h.grant(0x1)
+	for i := 0; i < 10; i++ {
+		r := h.acquire(fmt.Sprintf("l%d", i), 0x1)
+		h.del(r.Key)
+		if len(h.m.empty) > 4 {
+			t.Fatalf("empty cache holds %d names, cap 4", len(h.m.empty))
+		}
+	}
+	if r := h.acquire("l0", 0x1); !r.Granted {
+		t.Fatal("evicted lock not granted")
+	}
+}
