@@ -141,8 +141,8 @@ const (
 // raft (err says whether that failed).
 type renewBatch struct {
 	data     []byte
-	waiting  int  // renewals in the batch whose Renew has not returned
-	proposed bool // taken out of the batcher (counted in inflight)
+	waiting  int    // renewals in the batch whose Renew has not returned
+	proposed bool   // taken out of the batcher (counted in inflight)
 	marker   uint64 // request id of the marker pair when the batch holds forwarded pairs
 	done     chan struct{}
 	err      error

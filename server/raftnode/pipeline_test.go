@@ -155,4 +155,3 @@ func TestRaiseCommitToApplied(t *testing.T) {
 		}
 	}
 }
-
