@@ -1,0 +1,172 @@
+// Command handoff-probe shows where a lock hand-off's time goes on a running
+// etcd-compatible cluster: N clients (each with its own clientv3 session,
+// ten per connection, balanced over all endpoints) loop acquire → release on
+// one lock, every grant and every returned unlock is timestamped, and the
+// probe prints the distributions of
+//
+//   - handoff: from one grant to the next (the cycle every waiter queues for),
+//   - grant → unlock returned: the holder's release (one raft round for the
+//     native service),
+//   - unlock returned → next grant: what the next owner still waits for
+//     after the release is applied (for etcd's Mutex recipe: its watch event
+//     and its linearizable re-read),
+//
+// and the Lock/Unlock RPC latencies. -api native drives tenure.v1 Locks
+// (Tenure only); -api mutex drives clientv3's concurrency.Mutex (any etcd).
+//
+//	go run ./cmd/handoff-probe -endpoints 127.0.0.1:2379 -clients 50 -duration 6s
+//
+// It is a diagnostic, not a benchmark suite: numbers for the record come from
+// tenure-bench (RESULTS.md).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/tenure-io/tenure/api/tenurev1"
+)
+
+type event struct {
+	at      time.Time
+	granted bool // else: an unlock returned
+	client  int
+}
+
+func main() {
+	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated client endpoints")
+	clients := flag.Int("clients", 50, "clients contending for the lock")
+	duration := flag.Duration("duration", 6*time.Second, "how long to loop")
+	api := flag.String("api", "native", "native (tenure.v1 Locks) or mutex (clientv3 concurrency.Mutex)")
+	name := flag.String("lock", "handoff-probe", "lock name")
+	flag.Parse()
+	if *clients < 1 || (*api != "native" && *api != "mutex") {
+		flag.Usage()
+		os.Exit(2)
+	}
+
+	conns := make([]*clientv3.Client, (*clients+9)/10)
+	for i := range conns {
+		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer c.Close()
+		conns[i] = c
+	}
+
+	var (
+		mu                 sync.Mutex
+		events             []event
+		lockLat, unlockLat []time.Duration
+	)
+	record := func(granted bool, client int) {
+		now := time.Now()
+		mu.Lock()
+		events = append(events, event{now, granted, client})
+		mu.Unlock()
+	}
+
+	sessions := make([]*concurrency.Session, *clients)
+	for i := range sessions {
+		s, err := concurrency.NewSession(conns[i%len(conns)], concurrency.WithTTL(60))
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer s.Close()
+		sessions[i] = s
+	}
+
+	end := time.Now().Add(*duration)
+	var wg sync.WaitGroup
+	for i := range sessions {
+		s := sessions[i]
+		var acquire, release func(context.Context) error
+		if *api == "mutex" {
+			m := concurrency.NewMutex(s, *name)
+			acquire, release = m.Lock, m.Unlock
+		} else {
+			lc := tenurev1.NewLocksClient(conns[i%len(conns)].ActiveConnection())
+			var token int64
+			acquire = func(ctx context.Context) error {
+				r, err := lc.Lock(ctx, &tenurev1.LockRequest{Name: []byte(*name), Lease: int64(s.Lease())})
+				if err == nil {
+					token = r.Token
+				}
+				return err
+			}
+			release = func(ctx context.Context) error {
+				_, err := lc.Unlock(ctx, &tenurev1.UnlockRequest{Name: []byte(*name), Lease: int64(s.Lease()), Token: token})
+				return err
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				if err := acquire(ctx); err != nil {
+					log.Fatalf("client %d: acquire: %v", i, err)
+				}
+				record(true, i)
+				t1 := time.Now()
+				if err := release(ctx); err != nil {
+					log.Fatalf("client %d: release: %v", i, err)
+				}
+				record(false, i)
+				mu.Lock()
+				lockLat = append(lockLat, t1.Sub(t0))
+				unlockLat = append(unlockLat, time.Since(t1))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
+	var handoff, toUnlock, toNext []time.Duration
+	var lastGrant, lastUnlock time.Time
+	owner := -1
+	for _, e := range events {
+		switch {
+		case e.granted:
+			if !lastGrant.IsZero() {
+				handoff = append(handoff, e.at.Sub(lastGrant))
+				if !lastUnlock.IsZero() {
+					toNext = append(toNext, e.at.Sub(lastUnlock))
+				}
+			}
+			lastGrant, owner, lastUnlock = e.at, e.client, time.Time{}
+		case e.client == owner && lastUnlock.IsZero():
+			lastUnlock = e.at
+			toUnlock = append(toUnlock, e.at.Sub(lastGrant))
+		}
+	}
+	fmt.Printf("%s, %d clients, %v: %d grants (%.0f/s)\n", *api, *clients, *duration, len(lockLat), float64(len(lockLat))/duration.Seconds())
+	show("handoff (grant -> grant)", handoff)
+	show("grant -> unlock returned", toUnlock)
+	show("unlock returned -> next grant", toNext)
+	show("Lock call", lockLat)
+	show("Unlock call", unlockLat)
+}
+
+func show(what string, d []time.Duration) {
+	if len(d) == 0 {
+		return
+	}
+	slices.Sort(d)
+	q := func(p int) float64 { return float64(d[len(d)*p/100].Microseconds()) / 1000 }
+	fmt.Printf("  %-30s n=%6d  p10 %7.2f ms  p50 %7.2f ms  p90 %7.2f ms\n", what, len(d), q(10), q(50), q(90))
+}
