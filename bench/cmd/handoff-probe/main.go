@@ -50,8 +50,9 @@ func main() {
 	duration := flag.Duration("duration", 6*time.Second, "how long to loop")
 	api := flag.String("api", "native", "native (tenure.v1 Locks) or mutex (clientv3 concurrency.Mutex)")
 	name := flag.String("lock", "handoff-probe", "lock name")
+	locks := flag.Int("locks", 1, "spread the clients over this many locks (<lock>-0 …); with more than one, only the rates and RPC latencies mean anything")
 	flag.Parse()
-	if *clients < 1 || (*api != "native" && *api != "mutex") {
+	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "mutex") {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -92,22 +93,26 @@ func main() {
 	var wg sync.WaitGroup
 	for i := range sessions {
 		s := sessions[i]
+		lockName := *name
+		if *locks > 1 {
+			lockName = fmt.Sprintf("%s-%d", *name, i%*locks)
+		}
 		var acquire, release func(context.Context) error
 		if *api == "mutex" {
-			m := concurrency.NewMutex(s, *name)
+			m := concurrency.NewMutex(s, lockName)
 			acquire, release = m.Lock, m.Unlock
 		} else {
 			lc := tenurev1.NewLocksClient(conns[i%len(conns)].ActiveConnection())
 			var token int64
 			acquire = func(ctx context.Context) error {
-				r, err := lc.Lock(ctx, &tenurev1.LockRequest{Name: []byte(*name), Lease: int64(s.Lease())})
+				r, err := lc.Lock(ctx, &tenurev1.LockRequest{Name: []byte(lockName), Lease: int64(s.Lease())})
 				if err == nil {
 					token = r.Token
 				}
 				return err
 			}
 			release = func(ctx context.Context) error {
-				_, err := lc.Unlock(ctx, &tenurev1.UnlockRequest{Name: []byte(*name), Lease: int64(s.Lease()), Token: token})
+				_, err := lc.Unlock(ctx, &tenurev1.UnlockRequest{Name: []byte(lockName), Lease: int64(s.Lease()), Token: token})
 				return err
 			}
 		}
