@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -73,6 +74,9 @@ type Server struct {
 	cfg   Config
 	size  sizer         // cached store size (maintenance.go)
 	props proposalStats // metrics.go
+	// forwardedIn counts membership requests (self-removal, promotion) that
+	// another member forwarded here (metrics; tests prove forwarding by it).
+	forwardedIn atomic.Uint64
 }
 
 // New builds the services.
@@ -496,6 +500,7 @@ func (s *Server) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.Mem
 
 // MemberRemove removes a member (the leader too).
 func (s *Server) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	s.countForwarded(ctx)
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	if r.ID == s.cfg.Node.ID() {
@@ -530,6 +535,7 @@ func (s *Server) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*
 
 // MemberPromote promotes a caught-up learner to voter.
 func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	s.countForwarded(ctx)
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	ms, err := s.cfg.Node.PromoteMember(ctx, r.ID)
@@ -545,6 +551,17 @@ func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) 
 	s.fill(&resp.Header)
 	return resp, nil
 }
+
+// countForwarded counts a request another member forwarded here.
+func (s *Server) countForwarded(ctx context.Context) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+		s.forwardedIn.Add(1)
+	}
+}
+
+// ForwardedMembershipRequests is how many membership requests (a member's
+// self-removal, a promotion sent to a follower) other members forwarded here.
+func (s *Server) ForwardedMembershipRequests() uint64 { return s.forwardedIn.Load() }
 
 // forwardedKey marks a request forwarded by another member (no second hop).
 const forwardedKey = "tenure-forwarded"

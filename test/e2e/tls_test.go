@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +243,35 @@ func TestTLS(t *testing.T) {
 		defer cancel()
 		if _, err := self.MemberRemove(rctx, followerID); err != nil {
 			t.Fatalf("removing a follower through its own endpoint: %v", err)
+		}
+		// The removal went through another member: one of the two that stay
+		// counted a forwarded request (without forwarding, a follower may
+		// still manage to apply its own removal, so the outcome alone does
+		// not prove it).
+		hc := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: good}}
+		forwarded := 0.0
+		for i := range c.clients {
+			if i == follower {
+				continue
+			}
+			resp, err := hc.Get(c.endpoint(i) + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				if v, ok := strings.CutPrefix(line, "tenure_server_forwarded_membership_requests_total "); ok {
+					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					if err != nil {
+						t.Fatalf("metric line %q: %v", line, err)
+					}
+					forwarded += f
+				}
+			}
+		}
+		if forwarded != 1 {
+			t.Fatalf("the members that stay counted %v forwarded membership requests, want 1", forwarded)
 		}
 		other := c.endpoint((follower + 1) % len(c.clients))
 		ml, err := c.client(good, other).MemberList(ctx)
