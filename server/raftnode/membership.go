@@ -48,18 +48,11 @@ func (n *Node) joinExisting() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cid, ms, err := f.FetchMembers(ctx, urls)
+	cid, ms, id, err := findSelf(ctx, f, urls, n.cfg.PeerURLs)
 	if err != nil {
-		return fmt.Errorf("raftnode: fetch members from existing cluster: %w", err)
+		return err
 	}
-	for _, m := range ms {
-		if sameURLs(m.PeerURLs, n.cfg.PeerURLs) {
-			n.id = m.ID
-		}
-	}
-	if n.id == 0 {
-		return fmt.Errorf("raftnode: peer URLs %v are not a member of the existing cluster (run member add first)", n.cfg.PeerURLs)
-	}
+	n.id = id
 	b := n.db.NewBatch()
 	defer b.Close()
 	_ = storage.SetU64(b, keyLocalID, n.id)
@@ -74,6 +67,49 @@ func (n *Node) joinExisting() error {
 	n.membersMu.Unlock()
 	n.log.Info("joining existing cluster", "id", fmt.Sprintf("%x", n.id), "cluster", fmt.Sprintf("%x", cid))
 	return nil
+}
+
+// findSelf finds the member record a new member joins as: the one whose
+// peer URLs are ours and that has not started yet (no name, no client
+// URLs). A started record at our peer URLs is a previous incarnation: the
+// member that was removed before this one was added at the same URLs, seen
+// in a stale view (the asked member has not applied the removal and the
+// addition yet), or a member that lost its data. Taking its id would be
+// fatal — raft keeps that id's old log position and never repairs a log
+// that went missing — so findSelf asks again, rotating through the peers,
+// until a view shows the new record or ctx ends.
+func findSelf(ctx context.Context, f MembersFetcher, peers, self []string) (cid uint64, ms []Member, id uint64, err error) {
+	for attempt := 0; ; attempt++ {
+		k := attempt % max(len(peers), 1)
+		order := append(append([]string(nil), peers[k:]...), peers[:k]...)
+		cid, ms, err = f.FetchMembers(ctx, order)
+		if err != nil {
+			err = fmt.Errorf("raftnode: fetch members from existing cluster: %w", err)
+		} else {
+			var started uint64
+			for _, m := range ms {
+				if !sameURLs(m.PeerURLs, self) {
+					continue
+				}
+				if m.Name == "" && len(m.ClientURLs) == 0 {
+					return cid, ms, m.ID, nil
+				}
+				started = m.ID
+			}
+			if started != 0 {
+				err = fmt.Errorf("raftnode: peer URLs %v belong to member %x, which has already started: either the cluster has not applied its removal and this member's addition yet, or this member lost its data (remove it and add it again: member remove, member add)", self, started)
+			} else {
+				err = fmt.Errorf("raftnode: peer URLs %v are not a member of the existing cluster (run member add first)", self)
+			}
+		}
+		t := time.NewTimer(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, nil, 0, err
+		case <-t.C:
+		}
+	}
 }
 
 // publishAttrs proposes this member's name and client URLs until its member

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,4 +78,59 @@ func TestMembershipLearnerJoinPromoteRemove(t *testing.T) {
 		waitFor(t, 10*time.Second, "removal applied", func() bool { return len(c.nodes[i].Members()) == 3 })
 	}
 	c.propose(c.leader(), []byte("after-remove"))
+}
+
+// fetcherFunc adapts a function to MembersFetcher.
+type fetcherFunc func(ctx context.Context, urls []string) (uint64, []Member, error)
+
+func (f fetcherFunc) FetchMembers(ctx context.Context, urls []string) (uint64, []Member, error) {
+	return f(ctx, urls)
+}
+
+// A member replaced at the same peer URLs must not take the removed
+// incarnation's id from a peer that has not applied the removal and the
+// addition yet: it asks again (starting with another peer) until a view
+// shows its new, unstarted record. Found by the 5-member chaos run: the
+// new member took the old id and never received a byte of the log.
+func TestJoinIgnoresAStartedRecordAtOurPeerURLs(t *testing.T) {
+	self := []string{"http://m1:2380"}
+	old := Member{ID: 0xfe0f, Name: "m1", PeerURLs: self, ClientURLs: []string{"http://m1:2379"}}
+	fresh := Member{ID: 0xcda1, PeerURLs: self}
+	other := Member{ID: 0x6351, Name: "m4", PeerURLs: []string{"http://m4:2380"}}
+	var asked []string
+	stale := 2
+	f := fetcherFunc(func(_ context.Context, urls []string) (uint64, []Member, error) {
+		asked = append(asked, urls[0])
+		if stale > 0 {
+			stale--
+			return 7, []Member{old, other}, nil
+		}
+		return 7, []Member{fresh, other}, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cid, ms, id, err := findSelf(ctx, f, []string{"http://m4:2380", "http://m2:2380"}, self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id != fresh.ID || cid != 7 || len(ms) != 2 {
+		t.Fatalf("joined as %x (cluster %x, %d members), want %x", id, cid, len(ms), fresh.ID)
+	}
+	if len(asked) != 3 || asked[0] == asked[1] {
+		t.Fatalf("asked %v: want three attempts, the second starting at another peer", asked)
+	}
+
+	// A view that never changes ends in a clear error, not in the old id.
+	always := fetcherFunc(func(context.Context, []string) (uint64, []Member, error) { return 7, []Member{old, other}, nil })
+	sctx, scancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer scancel()
+	if _, _, id, err := findSelf(sctx, always, []string{"http://m4:2380"}, self); err == nil || !strings.Contains(err.Error(), "already started") {
+		t.Fatalf("id %x, err %v: want the already-started error", id, err)
+	}
+	none := fetcherFunc(func(context.Context, []string) (uint64, []Member, error) { return 7, []Member{other}, nil })
+	nctx, ncancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer ncancel()
+	if _, _, _, err := findSelf(nctx, none, []string{"http://m4:2380"}, self); err == nil || !strings.Contains(err.Error(), "run member add first") {
+		t.Fatalf("err %v: want the not-a-member error", err)
+	}
 }
