@@ -143,16 +143,8 @@ func (a *Applier) Do(ctx context.Context, r *pb.InternalRaftRequest) Result {
 // (leaseloop.go); it is answered once that entry is applied. It fails with
 // ErrTimeout after timeout (no timer when timeout <= 0) or when ctx ends.
 func (a *Applier) Renew(ctx context.Context, leaseID int64, timeout time.Duration) (int64, error) {
-	id := a.nextID()
-	ch := make(chan Result, 1)
-	a.mu.Lock()
-	a.waits[id] = ch
-	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.waits, id)
-		a.mu.Unlock()
-	}()
+	id, ch := a.register()
+	defer a.forget(id)
 	var expired <-chan time.Time
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -161,44 +153,66 @@ func (a *Applier) Renew(ctx context.Context, leaseID int64, timeout time.Duratio
 	}
 	b := a.enqueueRenew(id, leaseID)
 	defer a.renewDone(b)
-	var res Result
-	select {
-	case res = <-ch:
-	case <-b.done:
-		if b.err != nil {
-			return 0, b.err
-		}
-		select {
-		case res = <-ch:
-		case <-expired:
-			return 0, ErrTimeout
-		case <-ctx.Done():
-			return 0, ErrTimeout
-		}
-	case <-expired:
-		return 0, ErrTimeout
-	case <-ctx.Done():
-		return 0, ErrTimeout
-	}
+	res := awaitInBatch(ctx, ch, b, expired)
 	if res.Err != nil {
 		return 0, res.Err
 	}
 	return res.TTL, nil
 }
 
-func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
-	if a.maxReq > 0 && len(data) > a.maxReq+64 {
-		return Result{Err: ErrRequestTooLarge}
+// awaitInBatch waits for the result of a request riding in renewal batch
+// b: ErrTimeout when expired fires or ctx ends first, b's proposal error
+// when b could not be handed to raft.
+func awaitInBatch(ctx context.Context, ch <-chan Result, b *renewBatch, expired <-chan time.Time) Result {
+	select {
+	case res := <-ch:
+		return res
+	case <-b.done:
+		if b.err != nil {
+			return Result{Err: b.err}
+		}
+	case <-expired:
+		return Result{Err: ErrTimeout}
+	case <-ctx.Done():
+		return Result{Err: ErrTimeout}
 	}
+	select {
+	case res := <-ch:
+		return res
+	case <-expired:
+	case <-ctx.Done():
+	}
+	return Result{Err: ErrTimeout}
+}
+
+// register makes a request id whose result apply will deliver on the
+// returned channel; forget drops it.
+func (a *Applier) register() (uint64, chan Result) {
+	id := a.nextID()
+	return id, a.expect(id)
+}
+
+// expect returns the channel apply will deliver request id's result on.
+func (a *Applier) expect(id uint64) chan Result {
 	ch := make(chan Result, 1)
 	a.mu.Lock()
 	a.waits[id] = ch
 	a.mu.Unlock()
-	defer func() {
-		a.mu.Lock()
-		delete(a.waits, id)
-		a.mu.Unlock()
-	}()
+	return ch
+}
+
+func (a *Applier) forget(id uint64) {
+	a.mu.Lock()
+	delete(a.waits, id)
+	a.mu.Unlock()
+}
+
+func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
+	if a.maxReq > 0 && len(data) > a.maxReq+64 {
+		return Result{Err: ErrRequestTooLarge}
+	}
+	ch := a.expect(id)
+	defer a.forget(id)
 	if err := a.node.Propose(ctx, data); err != nil {
 		return Result{Err: err}
 	}
@@ -255,11 +269,11 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 		a.stage(r.ID, res)
 	case KindLeaseRenew:
 		// One or more (request id, lease id) pairs, each renewed at index.
-		if len(data) < 17 || (len(data)-1)%16 != 0 {
+		if !validRenewEntry(data) {
 			a.lg.Error("malformed lease renew entry", "index", index)
 			return
 		}
-		for p := 1; p < len(data); p += 16 {
+		for p := 1; p < len(data); p += renewPairBytes {
 			id := binary.BigEndian.Uint64(data[p:])
 			leaseID := int64(binary.BigEndian.Uint64(data[p+8:]))
 			ttl, err := a.lessor.Renew(b, index, leaseID)

@@ -231,18 +231,15 @@ func (a *Applier) scheduleLocked(b *renewBatch, async bool) {
 // without writing anything — tells this member when the batch was applied,
 // so forwarded pairs hold the one-batch-in-flight pipeline like local ones.
 func (a *Applier) AbsorbProposal(data []byte) bool {
-	if len(data) < 1+renewPairBytes || data[0] != KindLeaseRenew || (len(data)-1)%renewPairBytes != 0 {
+	if !validRenewEntry(data) {
 		return false
 	}
 	a.renews.mu.Lock()
 	b := a.openLocked()
 	b.data = append(b.data, data[1:]...)
 	if b.marker == 0 {
-		b.marker = a.nextID()
-		ch := make(chan Result, 1)
-		a.mu.Lock()
-		a.waits[b.marker] = ch
-		a.mu.Unlock()
+		var ch chan Result
+		b.marker, ch = a.register()
 		b.data = binary.BigEndian.AppendUint64(b.data, b.marker)
 		b.data = binary.BigEndian.AppendUint64(b.data, 0)
 		b.waiting++
@@ -252,26 +249,20 @@ func (a *Applier) AbsorbProposal(data []byte) bool {
 	return true
 }
 
+// validRenewEntry checks a KindLeaseRenew entry's framing: the kind byte,
+// then one or more whole (request id, lease id) pairs.
+func validRenewEntry(data []byte) bool {
+	return len(data) >= 1+renewPairBytes && data[0] == KindLeaseRenew && (len(data)-1)%renewPairBytes == 0
+}
+
 // awaitMarker waits until b's marker pair is applied (or b is lost) and
 // then lets b leave the pipeline.
 func (a *Applier) awaitMarker(b *renewBatch, ch chan Result) {
+	defer a.renewDone(b)
+	defer a.forget(b.marker)
 	t := time.NewTimer(renewMarkerTimeout)
 	defer t.Stop()
-	select {
-	case <-ch:
-	case <-b.done:
-		if b.err == nil {
-			select {
-			case <-ch:
-			case <-t.C:
-			}
-		}
-	case <-t.C:
-	}
-	a.mu.Lock()
-	delete(a.waits, b.marker)
-	a.mu.Unlock()
-	a.renewDone(b)
+	awaitInBatch(context.Background(), ch, b, t.C)
 }
 
 // renewDone records that one renewal of b stopped waiting; when the last

@@ -110,7 +110,7 @@ func renewEntry(pairs ...[2]uint64) []byte {
 
 func renewPairs(t *testing.T, data []byte) map[uint64]uint64 {
 	t.Helper()
-	if len(data) < 1 || data[0] != KindLeaseRenew || (len(data)-1)%renewPairBytes != 0 {
+	if !validRenewEntry(data) {
 		t.Fatalf("not a renew entry: %x", data)
 	}
 	out := map[uint64]uint64{}

@@ -397,22 +397,20 @@ func (m *Machine) ensure(env Env, name string) *queue {
 		return q
 	}
 	q := &queue{name: name, byKey: map[string]*entry{}}
-	if _, ok := m.empty[name]; ok {
-		delete(m.empty, name)
-		m.locks[name] = q
-		m.persist(q)
-		return q
+	if _, known := m.empty[name]; known {
+		delete(m.empty, name) // no key under the prefix: nothing to read
+	} else {
+		m.ranges.Add(1)
+		t := env.Begin()
+		resp, err := t.Range(&pb.RangeRequest{Key: []byte(name + "/"), RangeEnd: prefixEnd(name), KeysOnly: true})
+		m.mu.Unlock()
+		env.End(t)
+		m.mu.Lock()
+		if err != nil {
+			panic(fmt.Sprintf("tenure: lock: read queue %q: %v", name, err))
+		}
+		fill(q, resp.Kvs)
 	}
-	m.ranges.Add(1)
-	t := env.Begin()
-	resp, err := t.Range(&pb.RangeRequest{Key: []byte(name + "/"), RangeEnd: prefixEnd(name), KeysOnly: true})
-	m.mu.Unlock()
-	env.End(t)
-	m.mu.Lock()
-	if err != nil {
-		panic(fmt.Sprintf("tenure: lock: read queue %q: %v", name, err))
-	}
-	fill(q, resp.Kvs)
 	m.locks[name] = q
 	m.persist(q)
 	return q

@@ -723,9 +723,10 @@ func (n *Node) absorb(m *raftpb.Message) *raftpb.Message {
 	if !ok || !n.isLeader.Load() {
 		return m
 	}
-	var keep []*raftpb.Entry
+	var keep []*raftpb.Entry // allocated at the first absorbed entry
 	for i, e := range m.GetEntries() {
-		if e.GetType() == raftpb.EntryNormal && len(e.GetData()) > 0 && e.GetData()[0] != internalPrefix && ab.AbsorbProposal(e.GetData()) {
+		d := e.GetData()
+		if e.GetType() == raftpb.EntryNormal && len(d) > 0 && d[0] != internalPrefix && ab.AbsorbProposal(d) {
 			if keep == nil {
 				keep = append(make([]*raftpb.Entry, 0, len(m.GetEntries())), m.GetEntries()[:i]...)
 			}
@@ -738,11 +739,10 @@ func (n *Node) absorb(m *raftpb.Message) *raftpb.Message {
 	if keep == nil {
 		return m
 	}
+	n.absorbed.Add(1)
 	if len(keep) == 0 {
-		n.absorbed.Add(1)
 		return nil
 	}
-	n.absorbed.Add(1)
 	m.Entries = keep
 	return m
 }

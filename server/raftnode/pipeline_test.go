@@ -3,14 +3,17 @@ package raftnode
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/server/failpoint"
+	"github.com/tenure-io/tenure/server/storage"
 )
 
 // absorbingSM absorbs entries starting with "absorb:" and proposes them
@@ -153,5 +156,53 @@ func TestRaiseCommitToApplied(t *testing.T) {
 		if p.hs.GetTerm() != 2 {
 			t.Errorf("term changed to %d", p.hs.GetTerm())
 		}
+	}
+}
+
+// The restart path raises the commit index: a member whose stored hard
+// state lags its applied index (the crash the early hand-off to apply
+// allows) restarts with its commit index at the applied index, even with
+// no leader around to tell it.
+func TestRestartRaisesCommitToApplied(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, nil)
+	lead := c.leader()
+	for i := 0; i < 5; i++ {
+		c.propose(lead, []byte(fmt.Sprintf("v%d", i)))
+	}
+	c.converge()
+	c.stopAll()
+
+	// Rewrite member 0's stored hard state as a crash could have left it.
+	db, err := storage.Open(c.dirs[0], storage.Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := getU64(db, storage.KeyAppliedIndex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &raftpb.HardState{}
+	if _, err := getProto(db, storage.KeyHardState, hs); err != nil {
+		t.Fatal(err)
+	}
+	if applied < 3 || hs.GetCommit() < applied {
+		t.Fatalf("setup: applied %d, stored commit %d", applied, hs.GetCommit())
+	}
+	hs.Commit = proto.Uint64(applied - 2)
+	b := db.NewBatch()
+	if err := setProto(b, storage.KeyHardState, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	c.start(0) // alone: one of three members, no leader can be elected
+	if got := c.nodes[0].Status().CommitIndex; got != applied {
+		t.Fatalf("restarted with commit index %d, want the applied index %d", got, applied)
 	}
 }
