@@ -135,3 +135,56 @@ func BenchmarkRange(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkLockQueueRange measures the read a lock recipe repeats on every
+// acquire: the keys under a lock prefix, sorted by create revision, limit 1,
+// when each of the 50 queue keys has been put and deleted many times (the
+// versions stay until compaction) among unrelated keys.
+func BenchmarkLockQueueRange(b *testing.B) {
+	e := benchEnv(b)
+	var rev int64
+	write := func(f func(tx *Txn)) {
+		batch := e.db.NewIndexedBatch()
+		tx := e.s.Begin(batch, nil)
+		f(tx)
+		rev, _ = tx.End()
+		if err := batch.Commit(pebble.NoSync); err != nil {
+			b.Fatal(err)
+		}
+		batch.Close()
+		e.s.Publish(rev)
+	}
+	for i := 0; i < 20000; i++ {
+		write(func(tx *Txn) {
+			if _, err := tx.Put(&pb.PutRequest{Key: []byte(fmt.Sprintf("other/%06d", i)), Value: []byte("v")}); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+	for cycle := 0; cycle < 100; cycle++ {
+		for w := 0; w < 50; w++ {
+			k := []byte(fmt.Sprintf("lock/%016x", 0x1000+w))
+			write(func(tx *Txn) {
+				if _, err := tx.Put(&pb.PutRequest{Key: k}); err != nil {
+					b.Fatal(err)
+				}
+			})
+			if cycle < 99 {
+				write(func(tx *Txn) {
+					if _, err := tx.DeleteRange(&pb.DeleteRangeRequest{Key: k}); err != nil {
+						b.Fatal(err)
+					}
+				})
+			}
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r, err := e.s.Range(&pb.RangeRequest{Key: []byte("lock/"), RangeEnd: []byte("lock0"), Limit: 1,
+			SortOrder: pb.RangeRequest_ASCEND, SortTarget: pb.RangeRequest_CREATE})
+		if err != nil || len(r.Kvs) != 1 || r.Count != 50 {
+			b.Fatal(err, r)
+		}
+	}
+}

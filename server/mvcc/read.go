@@ -43,10 +43,8 @@ func scanVisible(it *pebble.Iterator, lo []byte, rev int64, fn func(v []byte) (b
 		// Advance to the next key: one Next usually suffices; seek past
 		// older versions otherwise.
 		prefix = append(prefix[:0], recordPrefix(k)...)
-		if ok = it.Next(); ok && bytes.Equal(recordPrefix(it.Key()), prefix) {
-			prefix[len(prefix)-1]++
-			ok = it.SeekGE(prefix)
-		}
+		prefix[len(prefix)-1]++
+		ok = it.SeekGE(prefix)
 	}
 	return it.Error()
 }
