@@ -12,7 +12,8 @@
 //     and its linearizable re-read),
 //
 // and the Lock/Unlock RPC latencies. -api native drives tenure.v1 Locks
-// (Tenure only); -api mutex drives clientv3's concurrency.Mutex (any etcd).
+// (Tenure only); -api v3lock drives etcd's v3lock service and -api mutex
+// clientv3's concurrency.Mutex (any etcd-compatible server).
 //
 //	go run ./cmd/handoff-probe -endpoints 127.0.0.1:2379 -clients 50 -duration 6s
 //
@@ -33,6 +34,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"go.uber.org/zap"
 
 	"github.com/tenure-io/tenure/api/tenurev1"
@@ -48,11 +50,11 @@ func main() {
 	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated client endpoints")
 	clients := flag.Int("clients", 50, "clients contending for the lock")
 	duration := flag.Duration("duration", 6*time.Second, "how long to loop")
-	api := flag.String("api", "native", "native (tenure.v1 Locks) or mutex (clientv3 concurrency.Mutex)")
+	api := flag.String("api", "native", "native (tenure.v1 Locks), v3lock (etcd's lock service) or mutex (clientv3 concurrency.Mutex)")
 	name := flag.String("lock", "handoff-probe", "lock name")
 	locks := flag.Int("locks", 1, "spread the clients over this many locks (<lock>-0 …); with more than one, only the rates and RPC latencies mean anything")
 	flag.Parse()
-	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "mutex") {
+	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "v3lock" && *api != "mutex") {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -98,10 +100,25 @@ func main() {
 			lockName = fmt.Sprintf("%s-%d", *name, i%*locks)
 		}
 		var acquire, release func(context.Context) error
-		if *api == "mutex" {
+		switch *api {
+		case "mutex":
 			m := concurrency.NewMutex(s, lockName)
 			acquire, release = m.Lock, m.Unlock
-		} else {
+		case "v3lock":
+			lc := v3lockpb.NewLockClient(conns[i%len(conns)].ActiveConnection())
+			var key []byte
+			acquire = func(ctx context.Context) error {
+				r, err := lc.Lock(ctx, &v3lockpb.LockRequest{Name: []byte(lockName), Lease: int64(s.Lease())})
+				if err == nil {
+					key = r.Key
+				}
+				return err
+			}
+			release = func(ctx context.Context) error {
+				_, err := lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: key})
+				return err
+			}
+		default:
 			lc := tenurev1.NewLocksClient(conns[i%len(conns)].ActiveConnection())
 			var token int64
 			acquire = func(ctx context.Context) error {
