@@ -18,12 +18,16 @@
 // consistent, and never see an unpublished revision.
 //
 // The write side keeps an in-memory index of every live key's newest version
-// (create/mod revision, version, lease; no value), rebuilt at Open and
-// Reload. A put or delete takes the previous version's metadata from it and
-// reads the previous value only when asked (prev_kv, ignore_value, a VALUE
-// compare). So events from End carry PrevKv with a nil Value ("not
-// loaded"); LoadPrevValue reads it, which the watch hub does only for
-// watchers that asked for prev_kv.
+// (create/mod revision, version, lease; no value), a B-tree in key order,
+// rebuilt at Open and Reload. A put or delete takes the previous version's
+// metadata from it and reads the previous value only when asked (prev_kv,
+// ignore_value, a VALUE compare). So events from End carry PrevKv with a nil
+// Value ("not loaded"); LoadPrevValue reads it, which the watch hub does
+// only for watchers that asked for prev_kv. Ranges at the newest revision
+// walk the index instead of the version records and load only the values
+// they return: inside a Txn the write side's index itself, for readers a
+// copy-on-write clone that Publish makes while reads keep asking for one.
+// Ranges at older revisions scan the version records.
 //
 // Several Begin/End pairs may stage into one batch before it is committed:
 // the store keeps a staged revision apart from the published one. If a

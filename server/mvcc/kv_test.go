@@ -152,8 +152,8 @@ func TestRangeOptions(t *testing.T) {
 			if r.Count != tc.count || r.More != tc.more {
 				t.Errorf("count %d more %v, want %d %v", r.Count, r.More, tc.count, tc.more)
 			}
-			if r.Header != nil {
-				t.Errorf("Store.Range header = %v, want nil", r.Header)
+			if r.Header.GetRevision() != e.s.Rev() {
+				t.Errorf("Store.Range header = %v, want the current revision %d (etcd's RangeResult.Rev)", r.Header, e.s.Rev())
 			}
 			// The same request through a write txn answers the same.
 			_, _, err := e.apply(func(tx *Txn) error {

@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/server/storage"
@@ -47,10 +49,19 @@ type Store struct {
 	rev        atomic.Int64 // published current revision
 	compactRev atomic.Int64 // published compacted revision (scheduled)
 
+	// snap is a read-only clone of index at a published revision. Publish
+	// makes one only while somebody reads: every range at the newest
+	// revision renews snapDemand, and each Publish spends one unit of it. A
+	// clone makes the writer copy the nodes it touches next, which is worth
+	// paying only then; and under a steady stream of writes a reader finds
+	// a snapshot of the newest revision only if every Publish made one.
+	snap       atomic.Pointer[indexSnap]
+	snapDemand atomic.Int32
+
 	// writer-only state
-	index         map[string]keyMeta // live key → newest version (see index.go)
-	staged        int64              // latest revision staged into a batch (>= rev)
-	stagedCompact int64              // latest compaction revision staged (>= compactRev)
+	index         *btree.BTreeG[indexItem] // live key → newest version (see index.go)
+	staged        int64                    // latest revision staged into a batch (>= rev)
+	stagedCompact int64                    // latest compaction revision staged (>= compactRev)
 
 	mu          sync.Mutex
 	compactDone int64
@@ -153,6 +164,10 @@ func (s *Store) Abandon() {
 func (s *Store) Publish(rev int64) {
 	if rev > s.rev.Load() {
 		s.rev.Store(rev)
+	}
+	if d := s.snapDemand.Load(); rev == s.staged && d > 0 {
+		s.snapDemand.CompareAndSwap(d, d-1)
+		s.snap.Store(&indexSnap{rev: rev, idx: s.index.Clone()})
 	}
 	if s.stagedCompact > s.compactRev.Load() {
 		s.compactRev.Store(s.stagedCompact)
@@ -270,4 +285,37 @@ func getU64(db *pebble.DB, key []byte) (uint64, error) {
 		return 0, fmt.Errorf("tenure: mvcc: corrupt uint64 at %q (len %d)", key, len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
+}
+
+// decodeValue returns a copy of the value of a put version record (what
+// decodeKV would put in Value) without decoding the rest: the index already
+// has the other fields.
+func decodeValue(v []byte) ([]byte, error) {
+	if len(v) == 0 || v[0] != flagPut {
+		return nil, errors.New("tenure: mvcc: corrupt version record: not a put")
+	}
+	b := v[1:]
+	val := []byte{}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if num == 5 && typ == protowire.BytesType { // mvccpb.KeyValue.value
+			f, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(m))
+			}
+			val = append(val[:0], f...)
+			b = b[m:]
+			continue
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(m))
+		}
+		b = b[m:]
+	}
+	return val, nil
 }

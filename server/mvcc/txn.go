@@ -80,36 +80,22 @@ func (t *Txn) scan(lo, hi []byte, rev int64, fn func(v []byte) (bool, error)) er
 // latest returns the newest live version of key as seen through the batch,
 // or nil.
 func (t *Txn) latest(key []byte) (*mvccpb.KeyValue, error) {
-	m, ok := t.s.index[string(key)]
+	m, ok := t.s.indexGet(key)
 	if !ok {
 		return nil, nil
 	}
 	return metaKV(key, m), nil
 }
 
-// collect returns the live keys in [key, end) at the txn's view.
+// collect returns the live keys in [key, end) at the txn's view, without
+// their values (loadValue reads one when asked: a VALUE compare, prev_kv).
 func (t *Txn) collect(key, end []byte) ([]*mvccpb.KeyValue, error) {
-	if len(end) == 0 {
-		kv, err := t.latest(key)
-		if kv == nil || err != nil {
-			return nil, err
-		}
-		return []*mvccpb.KeyValue{kv}, nil // value loaded only if asked (DeleteRange prev_kv)
-	}
-	lo, hi, ok := kvBounds(key, end)
-	if !ok {
-		return nil, nil
-	}
 	var kvs []*mvccpb.KeyValue
-	err := t.scan(lo, hi, t.viewRev(), func(v []byte) (bool, error) {
-		kv, err := decodeKV(v)
-		if err != nil {
-			return false, err
-		}
-		kvs = append(kvs, kv)
-		return true, nil
+	ascendIndex(t.s.index, key, end, func(it indexItem) bool {
+		kvs = append(kvs, metaKV(bytes.Clone(it.key), it.m))
+		return true
 	})
-	return kvs, err
+	return kvs, nil
 }
 
 // Range reads through the batch: it sees this txn's writes and earlier
@@ -121,7 +107,12 @@ func (t *Txn) Range(req *pb.RangeRequest) (*pb.RangeResponse, error) {
 		return nil, err
 	}
 	resp := &pb.RangeResponse{}
-	if lo, hi, ok := kvBounds(req.Key, req.RangeEnd); ok {
+	if readRev == view {
+		// the index is exactly the txn's view
+		if resp, err = rangeIndexed(t.s.index, req, t.loadValues); err != nil {
+			return nil, err
+		}
+	} else if lo, hi, ok := kvBounds(req.Key, req.RangeEnd); ok {
 		it, err := t.iter(lo, hi)
 		if err != nil {
 			return nil, err
@@ -230,7 +221,7 @@ func (t *Txn) write(kv *mvccpb.KeyValue, typ mvccpb.Event_EventType) error {
 	if typ == mvccpb.Event_PUT {
 		t.s.indexPut(kv)
 	} else {
-		delete(t.s.index, string(kv.Key))
+		t.s.indexDelete(kv.Key)
 	}
 	lv := make([]byte, 0, 1+len(kv.Key))
 	lv = append(append(lv, byte(typ)), kv.Key...)
