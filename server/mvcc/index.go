@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/google/btree"
@@ -34,12 +35,19 @@ type keyMeta struct {
 // and the per-key seeks made clientv3's Mutex recipe (which ranges over the
 // queue on every acquire) spend 40% of its CPU in them.
 
+// indexItem keys are strings: half the memory of []byte items (at a million
+// 8-byte keys, 54 MB against 105 MB; the map the index used to be took
+// 119 MB).
 type indexItem struct {
-	key []byte
+	key string
 	m   keyMeta
 }
 
-func indexLess(a, b indexItem) bool { return bytes.Compare(a.key, b.key) < 0 }
+func indexLess(a, b indexItem) bool { return a.key < b.key }
+
+// probe is an index item to look key up with: the string shares key's
+// bytes, which is safe because the tree never keeps a probe.
+func probe(key []byte) indexItem { return indexItem{key: unsafe.String(unsafe.SliceData(key), len(key))} }
 
 // Degree 16: a node holds at most 31 items (~1.7 KiB), what a write copies
 // per level after Publish cloned the tree for readers.
@@ -71,7 +79,7 @@ func (s *Store) buildIndex() error {
 			if err != nil {
 				return err
 			}
-			idx.ReplaceOrInsert(indexItem{user, keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease}})
+			idx.ReplaceOrInsert(indexItem{string(user), keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease}})
 		}
 		// skip the older versions of this key
 		valid = it.SeekGE(keyUpper(user))
@@ -167,17 +175,17 @@ func loadValues(kvs []*mvccpb.KeyValue, open func(lo, hi []byte) (*pebble.Iterat
 
 // indexGet returns key's newest live version.
 func (s *Store) indexGet(key []byte) (keyMeta, bool) {
-	it, ok := s.index.Get(indexItem{key: key})
+	it, ok := s.index.Get(probe(key))
 	return it.m, ok
 }
 
 // indexPut records kv as key's newest version.
 func (s *Store) indexPut(kv *mvccpb.KeyValue) {
-	s.index.ReplaceOrInsert(indexItem{bytes.Clone(kv.Key), keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease}})
+	s.index.ReplaceOrInsert(indexItem{string(kv.Key), keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease}})
 }
 
 // indexDelete forgets key (its newest version is a tombstone).
-func (s *Store) indexDelete(key []byte) { s.index.Delete(indexItem{key: key}) }
+func (s *Store) indexDelete(key []byte) { s.index.Delete(probe(key)) }
 
 // ascendIndex calls fn for the live keys of idx in [key, end), in key order,
 // with kvBounds' conventions for end (empty: key alone; "\x00": every key
@@ -185,13 +193,13 @@ func (s *Store) indexDelete(key []byte) { s.index.Delete(indexItem{key: key}) }
 func ascendIndex(idx *btree.BTreeG[indexItem], key, end []byte, fn func(indexItem) bool) {
 	switch {
 	case len(end) == 0:
-		if it, ok := idx.Get(indexItem{key: key}); ok {
+		if it, ok := idx.Get(probe(key)); ok {
 			fn(it)
 		}
 	case len(end) == 1 && end[0] == 0:
-		idx.AscendGreaterOrEqual(indexItem{key: key}, fn)
+		idx.AscendGreaterOrEqual(probe(key), fn)
 	case bytes.Compare(key, end) < 0:
-		idx.AscendRange(indexItem{key: key}, indexItem{key: end}, fn)
+		idx.AscendRange(probe(key), probe(end), fn)
 	}
 }
 

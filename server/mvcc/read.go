@@ -194,7 +194,7 @@ func rangeIndexed(idx *btree.BTreeG[indexItem], req *pb.RangeRequest, load func(
 	ascendIndex(idx, req.Key, req.RangeEnd, func(it indexItem) bool {
 		count++
 		if p.wants(count) {
-			kvs = append(kvs, metaKV(bytes.Clone(it.key), it.m))
+			kvs = append(kvs, metaKV([]byte(it.key), it.m))
 		}
 		return true
 	})

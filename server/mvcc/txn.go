@@ -92,7 +92,7 @@ func (t *Txn) latest(key []byte) (*mvccpb.KeyValue, error) {
 func (t *Txn) collect(key, end []byte) ([]*mvccpb.KeyValue, error) {
 	var kvs []*mvccpb.KeyValue
 	ascendIndex(t.s.index, key, end, func(it indexItem) bool {
-		kvs = append(kvs, metaKV(bytes.Clone(it.key), it.m))
+		kvs = append(kvs, metaKV([]byte(it.key), it.m))
 		return true
 	})
 	return kvs, nil
