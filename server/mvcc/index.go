@@ -47,7 +47,9 @@ func indexLess(a, b indexItem) bool { return a.key < b.key }
 
 // probe is an index item to look key up with: the string shares key's
 // bytes, which is safe because the tree never keeps a probe.
-func probe(key []byte) indexItem { return indexItem{key: unsafe.String(unsafe.SliceData(key), len(key))} }
+func probe(key []byte) indexItem {
+	return indexItem{key: unsafe.String(unsafe.SliceData(key), len(key))}
+}
 
 // Degree 16: a node holds at most 31 items (~1.7 KiB), what a write copies
 // per level after Publish cloned the tree for readers.
