@@ -173,3 +173,59 @@ func TestIndexedRangeMatchesScan(t *testing.T) {
 	}
 	t.Logf("%d ranges compared at %d revisions", checked, e.s.Rev())
 }
+
+// TestIndexSnapshotReadersRace runs readers on published index snapshots
+// while the writer keeps changing (and copy-on-write copying) the index; the
+// race detector (make test runs unit tests with -race) checks that they
+// share nothing mutable. No read may see a version newer than the revision
+// it reports (as one reading the writer's own index would).
+func TestIndexSnapshotReadersRace(t *testing.T) {
+	e := newEnv(t)
+	e.put("n", "0")
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	for r := 0; r < 4; r++ {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				resp, err := e.s.Range(&pb.RangeRequest{Key: []byte("m/"), RangeEnd: []byte("m0")})
+				if err != nil {
+					errs <- err
+					return
+				}
+				for _, kv := range resp.Kvs {
+					if kv.ModRevision > resp.Header.GetRevision() {
+						errs <- fmt.Errorf("read at revision %d saw %q modified at %d", resp.Header.GetRevision(), kv.Key, kv.ModRevision)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < 2000; i++ {
+		_, _, err := e.apply(func(tx *Txn) error {
+			if _, err := tx.Put(&pb.PutRequest{Key: []byte(fmt.Sprintf("m/%04d", i%300)), Value: []byte("v")}); err != nil {
+				return err
+			}
+			if i%3 == 0 {
+				_, err := tx.DeleteRange(&pb.DeleteRangeRequest{Key: []byte(fmt.Sprintf("m/%04d", (i*7)%300))})
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	for r := 0; r < 4; r++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
