@@ -66,6 +66,7 @@ func (s *Store) buildIndex() error {
 		return err
 	}
 	defer it.Close()
+	var prefix []byte
 	for valid := it.First(); valid; {
 		k := it.Key()
 		user, _, ok := decodeVersionKey(k)
@@ -77,14 +78,25 @@ func (s *Store) buildIndex() error {
 			return err
 		}
 		if len(v) > 0 && v[0] == flagPut {
-			kv, err := decodeKV(v)
+			m, err := decodeMeta(v)
 			if err != nil {
 				return err
 			}
-			idx.ReplaceOrInsert(indexItem{string(user), keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease}})
+			idx.ReplaceOrInsert(indexItem{string(user), m})
 		}
-		// skip the older versions of this key
-		valid = it.SeekGE(keyUpper(user))
+		// Skip the older versions of this key: step while there are few
+		// (most keys have one version; a seek per key, through every level,
+		// was most of a restart's index build), seek past many.
+		prefix = append(prefix[:0], recordPrefix(k)...)
+		valid = it.Next()
+		for n := 0; valid && bytes.Equal(recordPrefix(it.Key()), prefix); n++ {
+			if n == 8 {
+				prefix[len(prefix)-1]++ // keyUpper
+				valid = it.SeekGE(prefix)
+				break
+			}
+			valid = it.Next()
+		}
 	}
 	if err := it.Error(); err != nil {
 		return err
@@ -173,6 +185,17 @@ func loadValues(kvs []*mvccpb.KeyValue, open func(lo, hi []byte) (*pebble.Iterat
 		}
 	}
 	return nil
+}
+
+// ForEachLeased calls fn(lease, key) for every live key attached to a lease. It reads
+// the write side's index: call it from the writer (at start, after Reload).
+func (s *Store) ForEachLeased(fn func(lease int64, key []byte)) {
+	s.index.Ascend(func(it indexItem) bool {
+		if it.m.lease != 0 {
+			fn(it.m.lease, []byte(it.key))
+		}
+		return true
+	})
 }
 
 // indexGet returns key's newest live version.

@@ -1,11 +1,13 @@
 package mvcc
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -74,7 +76,8 @@ func TestLatestIndexDefersPreviousValues(t *testing.T) {
 	}
 }
 
-// TestIndexedRangeMatchesScan drives random writes and compactions and
+// TestIndexedRangeMatchesScan drives random writes, compactions and reopens
+// (which rebuild the index from storage) and
 // checks that every range answered from the ordered index (the published
 // snapshot readers use, and the write side's index inside a txn) equals the
 // same range answered by scanning version records.
@@ -131,12 +134,17 @@ func TestIndexedRangeMatchesScan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if step%50 == 49 {
+		if step%200 == 149 {
 			if err := e.compact(e.s.Rev()-3, true); err != nil {
 				t.Fatal(err)
 			}
 			e.s.snapDemand.Store(1)
 			e.put("z", "after-compaction")
+		}
+		if step%100 == 99 {
+			e.reopen() // the index is rebuilt from the version records
+			e.s.snapDemand.Store(1)
+			e.put("z", "after-reopen")
 		}
 		if sn := e.s.snap.Load(); sn == nil || sn.rev != e.s.Rev() {
 			t.Fatalf("step %d: no index snapshot at revision %d after a reader asked", step, e.s.Rev())
@@ -227,5 +235,41 @@ func TestIndexSnapshotReadersRace(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// decodeMeta and decodeValue read single fields of a version record; they
+// must agree with decoding the whole record.
+func TestPartialDecodersMatchDecodeKV(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for i := 0; i < 500; i++ {
+		kv := &mvccpb.KeyValue{Key: []byte(fmt.Sprintf("k%d", i)), CreateRevision: rng.Int64N(1 << 40), ModRevision: rng.Int64N(1 << 40),
+			Version: rng.Int64N(1000), Lease: rng.Int64N(1 << 62)}
+		if i%3 != 0 {
+			kv.Value = []byte(fmt.Sprintf("value-%d", rng.Int64()))
+		}
+		rec, err := proto.Marshal(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec = append([]byte{flagPut}, rec...)
+		want, err := decodeKV(rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := decodeMeta(rec)
+		if err != nil || m != (keyMeta{want.CreateRevision, want.ModRevision, want.Version, want.Lease}) {
+			t.Fatalf("decodeMeta(%v) = %+v, %v", kv, m, err)
+		}
+		v, err := decodeValue(rec)
+		if err != nil || !bytes.Equal(v, want.Value) || v == nil {
+			t.Fatalf("decodeValue(%v) = %q, %v; want %q (never nil)", kv, v, err, want.Value)
+		}
+	}
+	if _, err := decodeMeta([]byte{flagPut, 0x12, 0x05, 'a'}); err == nil {
+		t.Fatal("decodeMeta accepted a truncated record")
+	}
+	if _, err := decodeMeta([]byte{flagTombstone}); err == nil {
+		t.Fatal("decodeMeta accepted a tombstone")
 	}
 }

@@ -287,6 +287,48 @@ func getU64(db *pebble.DB, key []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
+// decodeMeta reads what the index keeps of a put version record (create
+// and mod revision, version, lease) without decoding the key and value:
+// rebuilding the index at start reads every live key's newest version.
+func decodeMeta(v []byte) (keyMeta, error) {
+	var m keyMeta
+	if len(v) == 0 || v[0] != flagPut {
+		return m, errors.New("tenure: mvcc: corrupt version record: not a put")
+	}
+	b := v[1:]
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return m, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		if typ == protowire.VarintType && num >= 2 && num <= 6 && num != 5 {
+			x, k := protowire.ConsumeVarint(b)
+			if k < 0 {
+				return m, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
+			}
+			b = b[k:]
+			switch num { // mvccpb.KeyValue field numbers
+			case 2:
+				m.create = int64(x)
+			case 3:
+				m.mod = int64(x)
+			case 4:
+				m.version = int64(x)
+			case 6:
+				m.lease = int64(x)
+			}
+			continue
+		}
+		k := protowire.ConsumeFieldValue(num, typ, b)
+		if k < 0 {
+			return m, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
+		}
+		b = b[k:]
+	}
+	return m, nil
+}
+
 // decodeValue returns a copy of the value of a put version record (what
 // decodeKV would put in Value) without decoding the rest: the index already
 // has the other fields.
