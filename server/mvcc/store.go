@@ -292,23 +292,40 @@ func getU64(db *pebble.DB, key []byte) (uint64, error) {
 // rebuilding the index at start reads every live key's newest version.
 func decodeMeta(v []byte) (keyMeta, error) {
 	var m keyMeta
+	err := decodeRecord(v, &m, nil)
+	return m, err
+}
+
+// decodeValue returns a copy of the value of a put version record (what
+// decodeKV would put in Value, never nil) without decoding the rest: the
+// index already has the other fields.
+func decodeValue(v []byte) ([]byte, error) {
+	val := []byte{}
+	err := decodeRecord(v, nil, &val)
+	return val, err
+}
+
+// decodeRecord walks the mvccpb.KeyValue of a put version record and fills
+// m and *val (either may be nil), skipping every other field.
+func decodeRecord(v []byte, m *keyMeta, val *[]byte) error {
 	if len(v) == 0 || v[0] != flagPut {
-		return m, errors.New("tenure: mvcc: corrupt version record: not a put")
+		return errors.New("tenure: mvcc: corrupt version record: not a put")
 	}
 	b := v[1:]
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return m, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(n))
+			return fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(n))
 		}
 		b = b[n:]
-		if typ == protowire.VarintType && num >= 2 && num <= 6 && num != 5 {
+		switch { // mvccpb.KeyValue field numbers: 2 create, 3 mod, 4 version, 5 value, 6 lease
+		case m != nil && typ == protowire.VarintType && num >= 2 && num <= 6 && num != 5:
 			x, k := protowire.ConsumeVarint(b)
 			if k < 0 {
-				return m, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
+				return fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
 			}
 			b = b[k:]
-			switch num { // mvccpb.KeyValue field numbers
+			switch num {
 			case 2:
 				m.create = int64(x)
 			case 3:
@@ -318,46 +335,20 @@ func decodeMeta(v []byte) (keyMeta, error) {
 			case 6:
 				m.lease = int64(x)
 			}
-			continue
-		}
-		k := protowire.ConsumeFieldValue(num, typ, b)
-		if k < 0 {
-			return m, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
-		}
-		b = b[k:]
-	}
-	return m, nil
-}
-
-// decodeValue returns a copy of the value of a put version record (what
-// decodeKV would put in Value) without decoding the rest: the index already
-// has the other fields.
-func decodeValue(v []byte) ([]byte, error) {
-	if len(v) == 0 || v[0] != flagPut {
-		return nil, errors.New("tenure: mvcc: corrupt version record: not a put")
-	}
-	b := v[1:]
-	val := []byte{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(n))
-		}
-		b = b[n:]
-		if num == 5 && typ == protowire.BytesType { // mvccpb.KeyValue.value
-			f, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(m))
+		case val != nil && typ == protowire.BytesType && num == 5:
+			f, k := protowire.ConsumeBytes(b)
+			if k < 0 {
+				return fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
 			}
-			val = append(val[:0], f...)
-			b = b[m:]
-			continue
+			b = b[k:]
+			*val = append((*val)[:0], f...)
+		default:
+			k := protowire.ConsumeFieldValue(num, typ, b)
+			if k < 0 {
+				return fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
+			}
+			b = b[k:]
 		}
-		m := protowire.ConsumeFieldValue(num, typ, b)
-		if m < 0 {
-			return nil, fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(m))
-		}
-		b = b[m:]
 	}
-	return val, nil
+	return nil
 }
