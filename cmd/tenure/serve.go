@@ -178,8 +178,14 @@ func newServeCmd(a *app) *cobra.Command {
 				return withCode(exitConfig, err)
 			}
 			cfg.Logger = lg
+			// server.Run logs the configuration's own warnings
+			// (Config.Warnings); log only the command line's here, so each
+			// warning appears once.
+			configWarnings := cfg.Warnings()
 			for _, w := range warnings {
-				lg.Warn(w)
+				if !slices.Contains(configWarnings, w) {
+					lg.Warn(w)
+				}
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
