@@ -19,8 +19,8 @@ func TestParseServeConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(warnings) != 0 {
-		t.Errorf("warnings = %q", warnings)
+	if w := append(warnings, cfg.Warnings()...); len(w) != 0 {
+		t.Errorf("warnings = %q", w)
 	}
 	want := server.DefaultConfig()
 	want.ApplyDefaults()
@@ -206,7 +206,10 @@ func TestParseServeConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg, warnings, err := parseServeConfig(tt.args, mapEnv(tt.env))
+			cfg, cliWarnings, err := parseServeConfig(tt.args, mapEnv(tt.env))
+			// what a member logs at start: the command line's warnings, then
+			// the Config's (server.Run).
+			warnings := append(cliWarnings, cfg.Warnings()...)
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatalf("err = nil, want %q", tt.wantErr)

@@ -92,9 +92,9 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 }
 
 // finish applies environment variables to flags not given on the command
-// line, builds the Config, applies defaults and validates it. The warnings
-// (shadowed environment variables, Config.Warnings) come back even with an
-// error.
+// line, builds the Config, applies defaults and validates it. The command
+// line's own warnings (shadowed environment variables) come back even with an
+// error; the Config's (Config.Warnings) are server.Run's to log.
 func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.Config, []string, error) {
 	warnings, _, err := applyEnv(fs, flagNames(fs), env)
 	if err != nil {
@@ -111,7 +111,7 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 	if err := cfg.Validate(); err != nil {
 		return cfg, warnings, err
 	}
-	return cfg, append(warnings, cfg.Warnings()...), nil
+	return cfg, warnings, nil
 }
 
 // parseServeConfig parses `tenure serve` arguments and environment (env is
@@ -178,14 +178,8 @@ func newServeCmd(a *app) *cobra.Command {
 				return withCode(exitConfig, err)
 			}
 			cfg.Logger = lg
-			// server.Run logs the configuration's own warnings
-			// (Config.Warnings); log only the command line's here, so each
-			// warning appears once.
-			configWarnings := cfg.Warnings()
 			for _, w := range warnings {
-				if !slices.Contains(configWarnings, w) {
-					lg.Warn(w)
-				}
+				lg.Warn(w)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
