@@ -282,9 +282,17 @@ type grpcPeer struct {
 	conn    *grpc.ClientConn
 }
 
+// AddPeer does nothing once Stop has begun: the apply loop can still sync
+// peers (a conf change applied at start-up) while the member stops, and a
+// peer started then would race Stop's wait and never be cancelled.
 func (t *GRPCTransport) AddPeer(id uint64, urls []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	select {
+	case <-t.stopc: // Stop closes stopc before it takes t.mu
+		return
+	default:
+	}
 	if p, ok := t.peers[id]; ok {
 		if sameURLs(p.urls, urls) {
 			return

@@ -118,3 +118,21 @@ func TestGRPCTransportDeliversBurstsInOrder(t *testing.T) {
 		t.Fatalf("%d messages arrived in %d stream writes; want batching (at most %d)", len(want), frames, len(want)/2)
 	}
 }
+
+// A peer added while the transport stops (the apply loop syncing peers as
+// the member shuts down) must not start a sender that Stop never waits for
+// or cancels.
+func TestGRPCTransportAddPeerAfterStopIsIgnored(t *testing.T) {
+	tr := NewGRPCTransport(GRPCTransportConfig{})
+	if err := tr.Start(1, &recordingHandler{got: make(chan struct{}, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	tr.Stop()
+	tr.AddPeer(2, []string{"http://127.0.0.1:1"})
+	tr.mu.Lock()
+	n := len(tr.peers)
+	tr.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d peer(s) registered after Stop, want 0", n)
+	}
+}
