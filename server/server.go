@@ -41,6 +41,12 @@ const grpcOverheadBytes = 512 * 1024
 // streamWorkers is the size of gRPC's reusable handler pool per server.
 var streamWorkers = uint32(max(8, 4*runtime.GOMAXPROCS(0)))
 
+// Flow-control windows of the client gRPC server (see NewServer's options).
+const (
+	clientStreamWindowBytes = 1 << 20
+	clientConnWindowBytes   = 4 << 20
+)
+
 // Run starts a member with cfg and serves until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
 	cfg.ApplyDefaults()
@@ -207,11 +213,20 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		// goroutine per request spent ~14% of a member's CPU growing its
 		// stack through the storage engine's call chain.
 		grpc.NumStreamWorkers(streamWorkers),
+		// Static flow-control windows turn off gRPC's BDP estimation, which
+		// answered each request's DATA frame with a WINDOW_UPDATE and a BDP
+		// PING (one more write, and a read for the client's ack, per
+		// request). The sizes stay within what BDP would grow to (16 MiB a
+		// connection); a request larger than the stream window is still
+		// accepted (gRPC widens the window for a message in progress).
+		grpc.InitialWindowSize(clientStreamWindowBytes),
+		grpc.InitialConnWindowSize(clientConnWindowBytes),
 	)
 	edge.Register(clientSrv)
 	edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays}).Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
-	peerSrv := grpc.NewServer(grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))
+	peerSrv := grpc.NewServer(append(raftnode.PeerServerOptions(),
+		grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))...)
 	node.RegisterPeerService(peerSrv)
 	mem.grpcs = []*grpc.Server{clientSrv, peerSrv}
 

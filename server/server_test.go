@@ -25,6 +25,14 @@ func freePort(t *testing.T) int {
 // startSingle runs an in-process single-member server and returns a client.
 func startSingle(t *testing.T) *clientv3.Client {
 	t.Helper()
+	cli, _ := startSingleConfig(t)
+	return cli
+}
+
+// startSingleConfig starts a single-member server and returns a client and
+// the member's configuration (its URLs).
+func startSingleConfig(t *testing.T) (*clientv3.Client, Config) {
+	t.Helper()
 	cfg := DefaultConfig()
 	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
@@ -46,7 +54,7 @@ func startSingle(t *testing.T) *clientv3.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return cli
+	return cli, cfg
 }
 
 // Watchers that ask for prev_kv get the previous value even though the

@@ -36,7 +36,26 @@ const (
 	peerQueueSize  = 4096
 	maxBackoff     = 2 * time.Second
 	initialBackoff = 50 * time.Millisecond
+
+	// Static HTTP/2 flow-control windows for peer connections, on both
+	// ends (the peer gRPC server sets the same through PeerServerOptions).
+	// An explicit window turns off gRPC's BDP estimation, which answered
+	// every received raft batch with a connection WINDOW_UPDATE and a BDP
+	// PING (and the sender with a PING ack): on a member sending one batch
+	// per raft round that doubled the peer streams' write and read
+	// syscalls. The windows hold several full batches (MaxMessageBytes/2).
+	PeerStreamWindowBytes = 8 << 20
+	PeerConnWindowBytes   = 16 << 20
 )
+
+// PeerServerOptions are the gRPC server options the peer listener needs to
+// match the transport's flow control.
+func PeerServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(PeerStreamWindowBytes),
+		grpc.InitialConnWindowSize(PeerConnWindowBytes),
+	}
+}
 
 var peerServiceDesc = grpc.ServiceDesc{
 	ServiceName: peerService,
@@ -260,6 +279,7 @@ func (t *GRPCTransport) dial(urls []string) (*grpc.ClientConn, error) {
 		creds = insecure.NewCredentials()
 	}
 	return grpc.NewClient(target(urls[0]), grpc.WithTransportCredentials(creds),
+		grpc.WithInitialWindowSize(PeerStreamWindowBytes), grpc.WithInitialConnWindowSize(PeerConnWindowBytes),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(t.cfg.MaxMessageBytes)))
 }
 
