@@ -96,6 +96,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLeaseServer(g, s)
 	pb.RegisterClusterServer(g, s)
 	pb.RegisterMaintenanceServer(g, s)
+	pb.RegisterAuthServer(g, authService{s: s})
 }
 
 // Header fills an etcd response header for revision rev.
