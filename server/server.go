@@ -41,7 +41,7 @@ const grpcOverheadBytes = 512 * 1024
 // streamWorkers is the size of gRPC's reusable handler pool per server.
 var streamWorkers = uint32(max(8, 4*runtime.GOMAXPROCS(0)))
 
-// Flow-control windows of the client gRPC server (see NewServer's options).
+// Flow-control windows of the client gRPC server (see its options in Start).
 const (
 	clientStreamWindowBytes = 1 << 20
 	clientConnWindowBytes   = 4 << 20

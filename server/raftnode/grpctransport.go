@@ -43,7 +43,9 @@ const (
 	// every received raft batch with a connection WINDOW_UPDATE and a BDP
 	// PING (and the sender with a PING ack): on a member sending one batch
 	// per raft round that doubled the peer streams' write and read
-	// syscalls. The windows hold several full batches (MaxMessageBytes/2).
+	// syscalls. At the default request limit a stream window holds about six
+	// full batches (MaxMessageBytes/2); larger batches still pass, a window
+	// update at a time.
 	PeerStreamWindowBytes = 8 << 20
 	PeerConnWindowBytes   = 16 << 20
 )
