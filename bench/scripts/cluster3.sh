@@ -11,6 +11,8 @@
 # overrides the Tenure binary (e.g. one built from another commit). Members
 # listen on 127.0.0.1:{1,2,3}2379 (clients) and {1,2,3}2380 (peers); data and
 # logs go to $CLUSTER3_DIR (default: a directory under ${TMPDIR:-/tmp}).
+# Server flags are the harness's (internal/cluster): etcd's names, heartbeat
+# 100 ms, election 1000 ms, log level warn; extra flags follow them.
 # Example, server CPU per request:
 #   a=$(cluster3.sh cpu); bench/bin/benchmark --endpoints=... put --total=20000; b=$(cluster3.sh cpu)
 set -euo pipefail
@@ -36,7 +38,7 @@ start)
 			--listen-client-urls "http://127.0.0.1:${i}2379" --advertise-client-urls "http://127.0.0.1:${i}2379" \
 			--listen-peer-urls "http://127.0.0.1:${i}2380" --initial-advertise-peer-urls "http://127.0.0.1:${i}2380" \
 			--initial-cluster "$ic" --initial-cluster-state new --initial-cluster-token cluster3 \
-			"$@" >"$dir/m$i.log" 2>&1 &
+			--heartbeat-interval=100 --election-timeout=1000 --log-level=warn "$@" >"$dir/m$i.log" 2>&1 &
 		echo $! >>"$dir/pids"
 	done
 	for _ in $(seq 1 100); do
@@ -62,7 +64,7 @@ stop)
 	rm -f "$dir/pids"
 	;;
 *)
-	sed -n '2,16p' "$0" >&2
+	sed -n '2,17p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -25,7 +25,9 @@ type authService struct {
 }
 
 func (a authService) AuthStatus(context.Context, *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
-	return &pb.AuthStatusResponse{Header: a.s.Header(a.s.cfg.KV.Rev()), Enabled: false}, nil
+	resp := &pb.AuthStatusResponse{Enabled: false}
+	a.s.fill(&resp.Header)
+	return resp, nil
 }
 
 // Authenticate is what clientv3 calls when given a user name: etcd with
@@ -36,7 +38,9 @@ func (authService) Authenticate(context.Context, *pb.AuthenticateRequest) (*pb.A
 
 // AuthDisable succeeds: authentication is disabled, as asked.
 func (a authService) AuthDisable(context.Context, *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	return &pb.AuthDisableResponse{Header: a.s.Header(a.s.cfg.KV.Rev())}, nil
+	resp := &pb.AuthDisableResponse{}
+	a.s.fill(&resp.Header)
+	return resp, nil
 }
 
 func (authService) AuthEnable(context.Context, *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {

@@ -37,25 +37,26 @@ const (
 	maxBackoff     = 2 * time.Second
 	initialBackoff = 50 * time.Millisecond
 
-	// Static HTTP/2 flow-control windows for peer connections, on both
-	// ends (the peer gRPC server sets the same through PeerServerOptions).
-	// An explicit window turns off gRPC's BDP estimation, which answered
-	// every received raft batch with a connection WINDOW_UPDATE and a BDP
-	// PING (and the sender with a PING ack): on a member sending one batch
-	// per raft round that doubled the peer streams' write and read
-	// syscalls. At the default request limit a stream window holds about six
-	// full batches (MaxMessageBytes/2); larger batches still pass, a window
-	// update at a time.
-	PeerStreamWindowBytes = 8 << 20
-	PeerConnWindowBytes   = 16 << 20
+	// Static HTTP/2 flow-control windows of the peer gRPC server. Raft
+	// traffic only flows from dialer to server (each member sends its
+	// messages on a stream it opened), so the server's receive windows are
+	// the ones that matter. An explicit window turns off gRPC's BDP
+	// estimation, which answered every received raft batch with a
+	// connection WINDOW_UPDATE and a BDP PING (and the sender with a PING
+	// ack): with one batch per raft round that doubled the peer streams'
+	// write and read syscalls. At the default request limit a stream window
+	// holds about six full batches (MaxMessageBytes/2); larger batches still
+	// pass, a window update at a time.
+	peerStreamWindowBytes = 8 << 20
+	peerConnWindowBytes   = 16 << 20
 )
 
-// PeerServerOptions are the gRPC server options the peer listener needs to
-// match the transport's flow control.
+// PeerServerOptions are the gRPC server options the peer listener needs
+// (flow control; see peerStreamWindowBytes).
 func PeerServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
-		grpc.InitialWindowSize(PeerStreamWindowBytes),
-		grpc.InitialConnWindowSize(PeerConnWindowBytes),
+		grpc.InitialWindowSize(peerStreamWindowBytes),
+		grpc.InitialConnWindowSize(peerConnWindowBytes),
 	}
 }
 
@@ -281,7 +282,6 @@ func (t *GRPCTransport) dial(urls []string) (*grpc.ClientConn, error) {
 		creds = insecure.NewCredentials()
 	}
 	return grpc.NewClient(target(urls[0]), grpc.WithTransportCredentials(creds),
-		grpc.WithInitialWindowSize(PeerStreamWindowBytes), grpc.WithInitialConnWindowSize(PeerConnWindowBytes),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(t.cfg.MaxMessageBytes)))
 }
 
