@@ -111,6 +111,9 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	counter("tenure_server_forwarded_membership_requests_total", "Membership requests (a member's self-removal, a promotion sent to a follower) other members forwarded to this one.", func() float64 {
 		return float64(m.edge.ForwardedMembershipRequests())
 	})
+	counter("tenure_lease_renewals_local_total", "Keepalives the leader acknowledged without a raft round, within the grace of a replicated renewal.", func() float64 {
+		return float64(m.lessor.RenewedLocally())
+	})
 	counter("tenure_lease_expired_total", "Leases revoked by expiry on this member.", func() float64 { return float64(m.ap.LeaseExpiries()) })
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "tenure_server_alarms", Help: "Raised alarms of this type (any member).", ConstLabels: prometheus.Labels{"alarm": "NOSPACE"},

@@ -288,12 +288,40 @@ func (s *Server) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb
 	return resp, nil
 }
 
-// LeaseKeepAlive renews leases through raft; a lease that does not exist
-// answers TTL 0 (as etcd does). Renewals on one stream are processed
-// concurrently (up to keepAliveInFlight) and answered as they complete.
-// When no leader can be reached within the request timeout the stream ends
-// with an error ("no leader" or "request timed out") instead of going silent.
+// LeaseKeepAlive renews leases; a lease that does not exist answers TTL 0
+// (as etcd does). A renewal the leader may acknowledge without raft
+// (Lessor.RenewLocal: a replicated renewal of the lease is less than its
+// grace old) is answered inline, so a stream that carries one renewal —
+// clientv3's KeepAliveOnce, etcd's benchmark — costs no goroutine. The first
+// renewal that needs raft switches the stream to keepAliveConcurrent.
 func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+		ttl, ok := s.cfg.Lessor.RenewLocal(req.ID)
+		if !ok {
+			return s.keepAliveConcurrent(stream, req)
+		}
+		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
+		s.fill(&resp.Header)
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// keepAliveConcurrent serves the rest of a keepalive stream, starting with
+// first. Renewals are processed concurrently (up to keepAliveInFlight) and
+// answered as they complete; the ones RenewLocal accepts are answered
+// without a goroutine. When no leader can be reached within the request
+// timeout the stream ends with an error ("no leader" or "request timed
+// out") instead of going silent.
+func (s *Server) keepAliveConcurrent(stream pb.Lease_LeaseKeepAliveServer, first *pb.LeaseKeepAliveRequest) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	var (
 		sendMu  sync.Mutex
@@ -311,6 +339,11 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	reqs := make(chan *pb.LeaseKeepAliveRequest)
 	go func() {
 		defer close(reqs)
+		select {
+		case reqs <- first:
+		case <-ctx.Done():
+			return
+		}
 		for {
 			req, err := stream.Recv()
 			if err != nil {
@@ -345,6 +378,17 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		}
 		if lead, _ := s.cfg.Node.LeaderTerm(); needLeader && lead == 0 {
 			return rpctypes.ErrGRPCNoLeader
+		}
+		if ttl, ok := s.cfg.Lessor.RenewLocal(req.ID); ok {
+			resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
+			s.fill(&resp.Header)
+			sendMu.Lock()
+			err := stream.Send(resp)
+			sendMu.Unlock()
+			if err != nil {
+				return err
+			}
+			continue
 		}
 		select {
 		case slots <- struct{}{}:

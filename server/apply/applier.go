@@ -92,6 +92,9 @@ type Applier struct {
 
 	mu    sync.Mutex
 	waits map[uint64]chan Result
+	// renewStarted holds when each of this member's pending renewals was
+	// received, for the lessor's no-raft acknowledgements (Lessor.Renew).
+	renewStarted map[uint64]time.Time
 
 	renews renewBatcher // keepalives waiting for their batched entry (leaseloop.go)
 
@@ -114,6 +117,7 @@ func New(cfg Config) *Applier {
 	return &Applier{
 		kv: cfg.KV, lessor: cfg.Lessor, hub: cfg.Hub, locks: cfg.Locks, db: cfg.DB, lg: cfg.Logger,
 		maxReq: cfg.MaxRequestBytes, waits: map[uint64]chan Result{},
+		renewStarted: map[uint64]time.Time{},
 	}
 }
 
@@ -142,8 +146,18 @@ func (a *Applier) Do(ctx context.Context, r *pb.InternalRaftRequest) Result {
 // renewal rides in the member's next batched KindLeaseRenew entry
 // (leaseloop.go); it is answered once that entry is applied. It fails with
 // ErrTimeout after timeout (no timer when timeout <= 0) or when ctx ends.
+// On the leader, a renewal shortly after a replicated one is answered at
+// once without raft (Lessor.RenewLocal).
 func (a *Applier) Renew(ctx context.Context, leaseID int64, timeout time.Duration) (int64, error) {
-	id, ch := a.register()
+	if ttl, ok := a.lessor.RenewLocal(leaseID); ok {
+		return ttl, nil
+	}
+	id := a.nextID()
+	ch := make(chan Result, 1)
+	a.mu.Lock()
+	a.waits[id] = ch
+	a.renewStarted[id] = time.Now()
+	a.mu.Unlock()
 	defer a.forget(id)
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -204,6 +218,7 @@ func (a *Applier) expect(id uint64) chan Result {
 func (a *Applier) forget(id uint64) {
 	a.mu.Lock()
 	delete(a.waits, id)
+	delete(a.renewStarted, id)
 	a.mu.Unlock()
 }
 
@@ -276,7 +291,10 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 		for p := 1; p < len(data); p += renewPairBytes {
 			id := binary.BigEndian.Uint64(data[p:])
 			leaseID := int64(binary.BigEndian.Uint64(data[p+8:]))
-			ttl, err := a.lessor.Renew(b, index, leaseID)
+			a.mu.Lock()
+			started := a.renewStarted[id] // zero unless this member's own
+			a.mu.Unlock()
+			ttl, err := a.lessor.Renew(b, index, leaseID, started)
 			a.stage(id, Result{TTL: ttl, Err: err})
 		}
 	case KindLeaseExpire:

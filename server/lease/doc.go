@@ -2,10 +2,11 @@
 // leader-side clock that decides when they end.
 //
 // What is replicated (through raft, applied deterministically): grant, revoke,
-// renew (every keepalive goes through raft — batched, many renewals to an
-// entry, each applied on its own — so an acknowledged renewal is on a quorum
-// before the client hears of it), checkpoints of remaining TTL, and
-// expiries. What is not replicated: deadlines. Each member keeps, on its own
+// renew (batched, many renewals to an entry, each applied on its own),
+// checkpoints of remaining TTL, and expiries. Every acknowledged keepalive is
+// covered by a committed renewal: a replicated renewal keeps the lease TTL +
+// RenewGrace from its apply, and until RenewGrace after the member started
+// it, that member answers further keepalives without raft (RenewLocal). What is not replicated: deadlines. Each member keeps, on its own
 // monotonic clock, deadline = (time it applied the last grant/renew/checkpoint)
 // + remaining; only the leader acts on it, by proposing an expiry.
 //

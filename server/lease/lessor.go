@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -37,7 +38,11 @@ type item struct {
 	remainingMs int64 // last replicated remaining TTL
 	renewIndex  uint64
 	deadline    time.Time // monotonic; this member's estimate, authoritative on the leader
-	keys        map[string]struct{}
+	// ackUntil is the last moment at which this member may acknowledge a
+	// renewal without raft (RenewLocal): every member's deadline is at or
+	// after ackUntil + TTL. Not replicated; zero after a restart.
+	ackUntil time.Time
+	keys     map[string]struct{}
 	// expiryProposed is when this leader last proposed an expiry for the
 	// lease (zero: none in flight); Expired skips it until the retry window
 	// passes, so a slow commit does not spend the rate limit twice.
@@ -57,6 +62,8 @@ type Lessor struct {
 	lastIndex uint64
 	now       func() time.Time
 	lg        *slog.Logger
+	// renewedLocally counts renewals acknowledged without raft (metrics).
+	renewedLocally atomic.Uint64
 }
 
 // New loads every lease from db.
@@ -138,22 +145,70 @@ func (l *Lessor) Grant(b *pebble.Batch, index uint64, id, ttl int64) error {
 	return nil
 }
 
-// Renew restarts lease id's TTL (apply goroutine) and returns the TTL.
-func (l *Lessor) Renew(b *pebble.Batch, index uint64, id int64) (int64, error) {
+// RenewGrace is how much longer than its TTL a replicated renewal keeps a
+// lease: TTL/10, at most 250 ms. A renewal acknowledged within the grace
+// after a replicated one was started is answered without raft
+// (RenewLocal). It is a pure function of the TTL so that every member
+// applies the same remaining TTL.
+func RenewGrace(ttl int64) time.Duration {
+	return min(MaxRenewGrace, time.Duration(ttl)*time.Second/10)
+}
+
+// MaxRenewGrace bounds RenewGrace: it is all a lease can outlive its TTL
+// because of renewals answered without raft.
+const MaxRenewGrace = 250 * time.Millisecond
+
+// Renew restarts lease id's TTL (apply goroutine) and returns the TTL. The
+// lease is kept for TTL + RenewGrace from now. started is when this member
+// received the renewal, before proposing it (zero when the renewal is not
+// this member's own): the entry cannot have been applied anywhere before
+// then, so every member's deadline is at or after started + grace + TTL,
+// and until started + grace this member may acknowledge further renewals
+// without raft (RenewLocal).
+func (l *Lessor) Renew(b *pebble.Batch, index uint64, id int64, started time.Time) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	it, ok := l.leases[id]
 	if !ok {
 		return 0, ErrLeaseNotFound
 	}
-	it.remainingMs = it.ttl * 1000
+	grace := RenewGrace(it.ttl)
+	it.remainingMs = it.ttl*1000 + grace.Milliseconds()
 	it.renewIndex = index
-	it.deadline = l.now().Add(time.Duration(it.ttl) * time.Second)
+	it.deadline = l.now().Add(time.Duration(it.ttl)*time.Second + grace)
+	if !started.IsZero() {
+		if u := started.Add(grace); u.After(it.ackUntil) {
+			it.ackUntil = u
+		}
+	}
 	it.expiryProposed = time.Time{}
 	l.lastIndex = max(l.lastIndex, index)
 	l.persist(b, id, it)
 	return it.ttl, nil
 }
+
+// RenewLocal acknowledges a renewal of lease id without raft when that
+// keeps the lease's promise: a renewal this member started at most
+// RenewGrace ago has been applied (so it is committed), so every member
+// keeps the lease for at least TTL from now. It returns the TTL and true,
+// or false when the renewal must go through raft. Any member may do this,
+// leader or not: the promise rests on the committed renewal, not on who
+// answers. What it does not order is a revoke this member has not applied
+// yet: for at most the grace, a member behind the log (or cut off from
+// the quorum) may answer a keepalive of a lease already revoked elsewhere.
+func (l *Lessor) RenewLocal(id int64) (int64, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	it, ok := l.leases[id]
+	if !ok || l.now().After(it.ackUntil) {
+		return 0, false
+	}
+	l.renewedLocally.Add(1)
+	return it.ttl, true
+}
+
+// RenewedLocally counts the renewals RenewLocal acknowledged.
+func (l *Lessor) RenewedLocally() uint64 { return l.renewedLocally.Load() }
 
 // Checkpoint records a remaining TTL decided by the leader when it had seen
 // grants and renewals up to index decidedAt (apply goroutine). A lease
@@ -367,7 +422,9 @@ func (l *Lessor) Get(id int64, withKeys bool) (Lease, bool) {
 	if !ok {
 		return Lease{}, false
 	}
-	rem := it.deadline.Sub(l.now())
+	// The renewal grace is slack, not part of what a client was promised:
+	// report at most the TTL.
+	rem := min(it.deadline.Sub(l.now()), time.Duration(it.ttl)*time.Second)
 	if rem < 0 {
 		rem = 0
 	}

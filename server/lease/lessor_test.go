@@ -53,10 +53,10 @@ func TestGrantRenewRevoke(t *testing.T) {
 		if err := l.Grant(b, 12, 8, MaxTTL+1); !errors.Is(err, ErrLeaseTTLTooLarge) {
 			t.Fatalf("huge TTL: got %v, want ErrLeaseTTLTooLarge", err)
 		}
-		if _, err := l.Renew(b, 13, 99); !errors.Is(err, ErrLeaseNotFound) {
+		if _, err := l.Renew(b, 13, 99, time.Time{}); !errors.Is(err, ErrLeaseNotFound) {
 			t.Fatalf("renew unknown: got %v", err)
 		}
-		if ttl, err := l.Renew(b, 14, 7); err != nil || ttl != 5 {
+		if ttl, err := l.Renew(b, 14, 7, time.Time{}); err != nil || ttl != 5 {
 			t.Fatalf("renew: ttl %d err %v", ttl, err)
 		}
 	})
@@ -111,7 +111,7 @@ func TestLeaderExpiryAndCheckpoint(t *testing.T) {
 	}
 	c.advance(-time.Second)
 	// Renewal after the leader decided (index 5 > decidedAt 3) cancels the expiry.
-	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 5, 1) })
+	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 5, 1, time.Time{}) })
 	if l.ExpiryStillValid(1, 3) {
 		t.Fatal("an expiry decided before a renewal must not hold")
 	}
@@ -195,23 +195,23 @@ func TestCheckpointRacingRenewalIsIgnored(t *testing.T) {
 	commit(t, db, func(b *pebble.Batch) { _ = l.Grant(b, 1, 1, 10) })
 	c.advance(8 * time.Second)
 	commit(t, db, func(b *pebble.Batch) {
-		l.Checkpoint(b, 1, 1, 2_000) // leader: 2 s left, as of index 1
-		_, _ = l.Renew(b, 2, 1)      // renewal applied at index 2
-		l.Checkpoint(b, 1, 1, 1_500) // a second checkpoint decided before the renewal
+		l.Checkpoint(b, 1, 1, 2_000)         // leader: 2 s left, as of index 1
+		_, _ = l.Renew(b, 2, 1, time.Time{}) // renewal applied at index 2
+		l.Checkpoint(b, 1, 1, 1_500)         // a second checkpoint decided before the renewal
 	})
 	l.Promote()
-	c.advance(9900 * time.Millisecond)
+	c.advance(9900*time.Millisecond + RenewGrace(10))
 	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
 		t.Fatalf("a stale checkpoint shortened a renewed lease: %v", e.IDs)
 	}
 	c.advance(200 * time.Millisecond)
 	if e := l.Expired(10, time.Second); len(e.IDs) != 1 {
-		t.Fatalf("renewed lease did not expire at its TTL: %+v", e)
+		t.Fatalf("renewed lease did not expire at its TTL + grace: %+v", e)
 	}
 	// Renewal clears the in-flight mark: an expiry proposal cancelled by a
 	// renewal does not keep the lease out of later decisions.
-	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 3, 1) })
-	c.advance(10 * time.Second)
+	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 3, 1, time.Time{}) })
+	c.advance(10*time.Second + RenewGrace(10))
 	if e := l.Expired(10, time.Minute); len(e.IDs) != 1 || e.DecidedAt != 3 {
 		t.Fatalf("renewed lease not reconsidered: %+v", e)
 	}
@@ -235,5 +235,95 @@ func TestPromoteKeepsFollowerDeadlines(t *testing.T) {
 	c.advance(200 * time.Millisecond)
 	if e := l.Expired(10, time.Second); len(e.IDs) != 1 {
 		t.Fatalf("new leader restarted the clock at promotion: %+v", e)
+	}
+}
+
+// TestRenewLocalWithinGrace: a replicated renewal keeps the lease TTL +
+// grace, and lets the leader acknowledge further renewals without raft
+// only while a renewal it started itself is less than the grace old — so
+// every acknowledgement still leaves at least TTL on every member's clock.
+// Leadership plays no part: the promise rests on the committed renewal.
+func TestRenewLocalWithinGrace(t *testing.T) {
+	db, l, c := open(t, t.TempDir())
+	defer db.Close()
+	commit(t, db, func(b *pebble.Batch) {
+		_ = l.Grant(b, 1, 1, 10) // grace 250 ms (capped)
+	})
+	if g := RenewGrace(10); g != 250*time.Millisecond {
+		t.Fatalf("RenewGrace(10 s) = %v, want the 250 ms cap", g)
+	}
+	if g := RenewGrace(1); g != 100*time.Millisecond {
+		t.Fatalf("RenewGrace(1 s) = %v, want TTL/10", g)
+	}
+	l.Promote()
+	if _, ok := l.RenewLocal(1); ok {
+		t.Fatal("a grant must not allow renewals without raft")
+	}
+	// A renewal proposed by another member (no start time here): the
+	// deadline moves, local acknowledgements stay off.
+	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 3, 1, time.Time{}) })
+	if _, ok := l.RenewLocal(1); ok {
+		t.Fatal("a renewal this member did not start must not allow renewals without raft")
+	}
+	// This member's own renewal, received 40 ms before it was applied.
+	started := c.now()
+	c.advance(40 * time.Millisecond)
+	commit(t, db, func(b *pebble.Batch) { _, _ = l.Renew(b, 4, 1, started) })
+	if ttl, ok := l.RenewLocal(1); !ok || ttl != 10 {
+		t.Fatalf("RenewLocal right after an own renewal: ttl %d ok %v, want 10 true", ttl, ok)
+	}
+	c.advance(210 * time.Millisecond) // started + grace exactly
+	if _, ok := l.RenewLocal(1); !ok {
+		t.Fatal("RenewLocal must hold until started + grace")
+	}
+	// The promise of an acknowledgement at started + grace: TTL from now.
+	got, _ := l.Get(1, false)
+	if got.Remaining != 10*time.Second {
+		t.Fatalf("remaining reported %v, want the TTL (grace is not reported)", got.Remaining)
+	}
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("expired early: %v", e.IDs)
+	}
+	c.advance(time.Millisecond)
+	if _, ok := l.RenewLocal(1); ok {
+		t.Fatal("RenewLocal past started + grace must go through raft")
+	}
+	// Deadline: applied at started+40ms, kept TTL + grace from then; an
+	// acknowledgement at started + grace is honoured for TTL.
+	c.t = started.Add(40*time.Millisecond + 10*time.Second + 250*time.Millisecond - time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("expired before apply + TTL + grace: %v", e.IDs)
+	}
+	c.advance(time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 1 || e.IDs[0] != 1 {
+		t.Fatalf("want lease 1 expired at apply + TTL + grace, got %+v", e)
+	}
+	// The replicated remaining includes the grace, so a restart keeps it.
+	started = c.now()
+	commit(t, db, func(b *pebble.Batch) {
+		_ = l.Grant(b, 5, 2, 1) // grace 100 ms (TTL/10)
+		_, _ = l.Renew(b, 6, 2, started)
+	})
+	if _, ok := l.RenewLocal(2); !ok {
+		t.Fatal("RenewLocal after an own renewal of lease 2")
+	}
+	l.Demote()
+	if _, ok := l.RenewLocal(2); !ok {
+		t.Fatal("a follower's own committed renewal allows renewals without raft too")
+	}
+	l.Promote()
+	if err := l.Reload(db); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.RenewLocal(2); ok {
+		t.Fatal("after a reload nothing may be acknowledged without raft")
+	}
+	c.advance(time.Second + 100*time.Millisecond - time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 0 {
+		t.Fatalf("reloaded lease 2 expired before its replicated remaining (TTL + grace): %v", e.IDs)
+	}
+	c.advance(time.Millisecond)
+	if e := l.Expired(10, time.Second); len(e.IDs) != 1 || e.IDs[0] != 2 {
+		t.Fatalf("want lease 2 expired after its reloaded remaining, got %+v", e)
 	}
 }
