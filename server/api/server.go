@@ -289,12 +289,13 @@ func (s *Server) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb
 }
 
 // LeaseKeepAlive renews leases; a lease that does not exist answers TTL 0
-// (as etcd does). A renewal the leader may acknowledge without raft
-// (Lessor.RenewLocal: a replicated renewal of the lease is less than its
-// grace old) is answered inline, so a stream that carries one renewal —
+// (as etcd does). A renewal this member may acknowledge without raft
+// (Lessor.RenewLocal: its own replicated renewal of the lease is less than
+// the grace old) is answered inline, so a stream that carries one renewal —
 // clientv3's KeepAliveOnce, etcd's benchmark — costs no goroutine. The first
 // renewal that needs raft switches the stream to keepAliveConcurrent.
 func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	needLeader := wantsLeader(stream.Context())
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -302,6 +303,9 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 				return nil
 			}
 			return err
+		}
+		if lead, _ := s.cfg.Node.LeaderTerm(); needLeader && lead == 0 {
+			return rpctypes.ErrGRPCNoLeader
 		}
 		ttl, ok := s.cfg.Lessor.RenewLocal(req.ID)
 		if !ok {

@@ -12,16 +12,16 @@
 //
 // The promise: a lease is never revoked before TTL has passed since its last
 // acknowledged renewal, and is revoked no later than TTL + checkpoint interval
-// + the time the cluster had no leader (+ scheduling slack). Every member
-// tracks each deadline on its own clock from the moment it applied the last
-// grant, renewal or checkpoint (apply time + replicated remaining), which is
-// never earlier than the leader's deadline (the remaining was measured before
-// it was applied). A new leader keeps those deadlines, so a lease ends at its
-// promised time plus apply lag, whatever the number of leader changes; only a
-// member that restarted counts from its restart (now + last checkpointed
-// remaining: late by at most one checkpoint interval plus the downtime).
-// etcd instead resets leases on promotion (to the full TTL before
-// checkpointing, issue 9395).
+// + the time the cluster had no leader (+ RenewGrace, at most 250 ms, +
+// scheduling slack). Every member tracks each deadline on its own clock from
+// the moment it applied the last grant, renewal or checkpoint (apply time +
+// replicated remaining), which is never earlier than the leader's deadline
+// (the remaining was measured before it was applied). A new leader keeps
+// those deadlines, so a lease ends at its promised time plus the grace and
+// apply lag, whatever the number of leader changes; only a member that
+// restarted counts from its restart (now + last checkpointed remaining: late
+// by at most one checkpoint interval plus the downtime). etcd instead resets
+// leases on promotion (to the full TTL before checkpointing, issue 9395).
 //
 // Checkpoints: every LeaseCheckpointInterval/2 the leader proposes, in one
 // entry, the remaining TTL of every lease whose replicated remaining is stale
