@@ -111,6 +111,9 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	counter("tenure_server_forwarded_membership_requests_total", "Membership requests (a member's self-removal, a promotion sent to a follower) other members forwarded to this one.", func() float64 {
 		return float64(m.edge.ForwardedMembershipRequests())
 	})
+	counter("tenure_raft_deferred_proposals_total", "Proposals this leader held back to share the raft round of the next one (lock acquires that queue behind an owner).", func() float64 {
+		return float64(m.node.DeferredProposals())
+	})
 	counter("tenure_lease_renewals_local_total", "Keepalives the leader acknowledged without a raft round, within the grace of a replicated renewal.", func() float64 {
 		return float64(m.lessor.RenewedLocally())
 	})

@@ -246,6 +246,19 @@ func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
 	return a.propose(ctx, id, append([]byte{KindLock}, op.Marshal()...))
 }
 
+// Deferrable implements raftnode.ProposalDeferrer: a lock acquire (not a
+// try) of a lock that has an owner will queue, so it waits on the leader
+// to share the raft round of the next other proposal — typically the
+// owner's release — instead of costing the cluster a round of its own. On
+// a lock with 50 waiters this makes each hand-off one round, not two.
+func (a *Applier) Deferrable(data []byte) bool {
+	if a.locks == nil || len(data) < 2 || data[0] != KindLock {
+		return false
+	}
+	name, flags, ok := lock.PeekAcquire(data[1:])
+	return ok && flags&lock.FlagTry == 0 && a.locks.Held(name)
+}
+
 // lockEnv lends the lock machine mvcc txns on the entry's batch.
 type lockEnv struct {
 	a *Applier

@@ -680,6 +680,15 @@ func (m *Machine) Get(name string, maxQueue int) State {
 	return st
 }
 
+// Held reports whether lock name has an owner or a running lock-delay, as
+// of the last applied entry: an acquire of it now would queue.
+func (m *Machine) Held(name []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.locks[string(name)]
+	return q != nil && (q.granted != nil || q.blocked != 0)
+}
+
 // Blocked lists the locks whose lock-delay is running, by name.
 func (m *Machine) Blocked() []Note {
 	m.mu.Lock()

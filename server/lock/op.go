@@ -82,3 +82,17 @@ func Unmarshal(b []byte) (*Op, error) {
 	op.Value = append([]byte(nil), b[p:p+n]...)
 	return op, nil
 }
+
+// PeekAcquire reads, without copying, the lock name and flags of an
+// encoded OpAcquire; ok is false for any other op or a malformed payload.
+func PeekAcquire(b []byte) (name []byte, flags byte, ok bool) {
+	const fixed = 2 + 8 + 8 + 4 + 8 + 8
+	if len(b) < fixed+4 || OpKind(b[0]) != OpAcquire {
+		return nil, 0, false
+	}
+	n := int(binary.BigEndian.Uint32(b[fixed:]))
+	if n < 0 || len(b) < fixed+4+n {
+		return nil, 0, false
+	}
+	return b[fixed+4 : fixed+4+n], b[1], true
+}

@@ -33,6 +33,10 @@ type Config struct {
 	SnapshotCount          uint64        // applied entries between log compactions; default 10000
 	SnapshotCatchUpEntries uint64        // entries kept behind a compaction; default 5000
 	MaxRequestBytes        int           // bounds MaxSizePerMsg and the peer gRPC message size; default 1.5 MiB
+	// DeferLinger bounds how long the leader holds a deferrable proposal
+	// (ProposalDeferrer) waiting for another to share its round; default
+	// DefaultDeferLinger.
+	DeferLinger time.Duration
 
 	StateMachine   StateMachine
 	Logger         *slog.Logger
@@ -86,6 +90,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 1536 * 1024
+	}
+	if c.DeferLinger == 0 {
+		c.DeferLinger = DefaultDeferLinger
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

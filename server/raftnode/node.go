@@ -36,6 +36,9 @@ type Node struct {
 	tr     Transport
 	grpcTr *GRPCTransport // non-nil when the default transport is used
 
+	deferrer ProposalDeferrer // the StateMachine, when it implements it
+	deferred deferQueue       // the leader's deferred proposals (defer.go)
+
 	clusterID atomic.Uint64
 	lastIndex uint64 // last raft log index on disk; Ready loop only
 
@@ -116,6 +119,7 @@ func New(cfg Config) (*Node, error) {
 		readStatec: make(chan raft.ReadState, 64),
 		stopc:      make(chan struct{}),
 	}
+	n.deferrer, _ = cfg.StateMachine.(ProposalDeferrer)
 	p, err := loadRaftState(cfg.DB)
 	if err != nil {
 		return nil, err
@@ -628,6 +632,13 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 	if err := n.waitLeader(ctx); err != nil {
 		return err
 	}
+	if n.deferrable(data) {
+		n.deferEntry(data)
+		return nil
+	}
+	if done, err := n.proposeWithDeferred(ctx, []*raftpb.Entry{{Data: data}}); done {
+		return n.mapErr(ctx, err)
+	}
 	return n.mapErr(ctx, n.rn.Propose(ctx, data))
 }
 
@@ -706,8 +717,13 @@ func (n *Node) forwardLoop() {
 			if m = n.absorb(m); m == nil {
 				continue
 			}
+			if m = n.deferForwarded(m); m == nil {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			_ = n.rn.Step(ctx, m)
+			if done, _ := n.proposeWithDeferred(ctx, m.GetEntries()); !done {
+				_ = n.rn.Step(ctx, m)
+			}
 			cancel()
 		case <-n.stopc:
 			return

@@ -117,7 +117,7 @@ func TestLockEtcdBugsFixed(t *testing.T) {
 // TestLockFIFOFenceAndDescribe: waiters are granted in request order, one
 // per release; the released owner's token is stale at once.
 func TestLockFIFOFenceAndDescribe(t *testing.T) {
-	_, lc := startLocks(t, 1)
+	c, lc := startLocks(t, 1)
 	ctx := testCtx(t, 60*time.Second)
 	name := []byte("fifo")
 	const n = 5
@@ -216,6 +216,11 @@ func TestLockFIFOFenceAndDescribe(t *testing.T) {
 	wantCode(t, err, codes.InvalidArgument, "lock-delay over 60s")
 	_, err = lc.native.Lock(ctx, &tenurev1.LockRequest{Name: name, Lease: 12345})
 	wantCode(t, err, codes.NotFound, "unknown lease")
+	// Every waiter's acquire found the lock held, so the leader held it back
+	// to share the next proposal's raft round (server/raftnode/defer.go).
+	if got := scrape(t, c.DirectEndpoint(0)+"/metrics")["tenure_raft_deferred_proposals_total"]; got < n-1 {
+		t.Fatalf("tenure_raft_deferred_proposals_total = %v, want at least the %d queued acquires", got, n-1)
+	}
 }
 
 // TestLockHandoffOnExpiryRevokeAndDelay: the next waiter is granted when the

@@ -1,0 +1,141 @@
+package raftnode
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// deferSM is a testSM that calls proposals starting with "defer/"
+// deferrable and records the index each entry was applied at.
+type deferSM struct {
+	*testSM
+	mu    sync.Mutex
+	index map[string]uint64
+}
+
+func (s *deferSM) Deferrable(data []byte) bool { return bytes.HasPrefix(data, []byte("defer/")) }
+
+func (s *deferSM) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
+	s.testSM.ApplyEntry(b, index, term, data)
+	s.mu.Lock()
+	s.index[string(data)] = index
+	s.mu.Unlock()
+}
+
+func (s *deferSM) indexOf(v string) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i, ok := s.index[v]
+	return i, ok
+}
+
+func newDeferCluster(t *testing.T, linger time.Duration) (*testCluster, []*deferSM) {
+	var sms []*deferSM
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
+		d := &deferSM{testSM: newTestSM(), index: map[string]uint64{}}
+		sms = append(sms, d)
+		cfg.StateMachine = d
+		cfg.DeferLinger = linger
+	})
+	for i, d := range sms {
+		c.sms[i] = d.testSM
+	}
+	// Every member publishes its client URLs through raft after it starts;
+	// wait for those proposals so that only the test's own are in flight.
+	waitFor(t, 10*time.Second, "every member's published attributes, on every member", func() bool {
+		for _, nd := range c.nodes {
+			ms := nd.Members()
+			if len(ms) != 3 {
+				return false
+			}
+			for _, m := range ms {
+				if len(m.ClientURLs) == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	c.propose(c.leader(), []byte("barrier/0"))
+	return c, sms
+}
+
+// A deferrable proposal waits on the leader — made there or forwarded by a
+// follower — until the next other proposal, and is appended right before
+// it (in arrival order), so both share one raft round.
+func TestDeferredProposalRidesWithTheNext(t *testing.T) {
+	c, sms := newDeferCluster(t, time.Hour) // only company releases it here
+	l := c.leader()
+	f := (l + 1) % 3
+	for i, v := range []string{"defer/from-leader", "defer/from-follower"} {
+		at := l
+		if i == 1 {
+			at = f
+		}
+		if err := proposeOnce(c, at, v); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, fmt.Sprintf("the leader to hold %d deferred proposals", i+1), func() bool {
+			return c.nodes[l].DeferredProposals() == uint64(i+1)
+		})
+	}
+	c.propose(l, []byte("barrier/1")) // not deferrable: releases both
+	for _, v := range []string{"defer/from-leader", "defer/from-follower"} {
+		waitFor(t, 10*time.Second, v+" applied everywhere", func() bool {
+			for _, s := range sms {
+				if _, ok := s.indexOf(v); !ok {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	a, _ := sms[l].indexOf("defer/from-leader")
+	b, _ := sms[l].indexOf("defer/from-follower")
+	n, _ := sms[l].indexOf("barrier/1")
+	if !(a+1 == b && b+1 == n) {
+		t.Fatalf("indices: deferred %d, %d, releasing proposal %d; want consecutive, deferred first in arrival order", a, b, n)
+	}
+}
+
+// Without company a deferred proposal goes alone after the linger.
+func TestDeferredProposalAloneAfterLinger(t *testing.T) {
+	c, sms := newDeferCluster(t, 20*time.Millisecond)
+	l := c.leader()
+	if err := proposeOnce(c, l, "defer/alone"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the lone deferred proposal to be applied", func() bool {
+		_, ok := sms[l].indexOf("defer/alone")
+		return ok
+	})
+	if c.nodes[l].DeferredProposals() != 1 {
+		t.Fatalf("the leader deferred %d proposals, want 1", c.nodes[l].DeferredProposals())
+	}
+	// A follower does not defer: its proposal is forwarded at once, and
+	// the leader defers it.
+	f := (l + 1) % 3
+	if err := proposeOnce(c, f, "defer/forwarded"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the forwarded deferred proposal to be applied", func() bool {
+		_, ok := sms[f].indexOf("defer/forwarded")
+		return ok
+	})
+	if c.nodes[f].DeferredProposals() != 0 || c.nodes[l].DeferredProposals() != 2 {
+		t.Fatalf("deferred: follower %d, leader %d; want 0 and 2", c.nodes[f].DeferredProposals(), c.nodes[l].DeferredProposals())
+	}
+}
+
+// proposeOnce hands data to member i's Propose without waiting for the apply.
+func proposeOnce(c *testCluster, i int, data string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return c.nodes[i].Propose(ctx, []byte(data))
+}
