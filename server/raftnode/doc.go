@@ -24,6 +24,10 @@
 //   - On the leader, proposals forwarded by followers are first offered to a
 //     StateMachine that implements ProposalAbsorber (renewal batches are
 //     merged into the leader's own).
+//   - On the leader, a proposal that a StateMachine implementing
+//     ProposalDeferrer calls deferrable (local or forwarded) waits for the
+//     next other proposal and goes to raft in the same message, after the
+//     ones deferred before it, or alone after Config.DeferLinger.
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key
