@@ -48,20 +48,7 @@ func newDeferCluster(t *testing.T, linger time.Duration) (*testCluster, []*defer
 	}
 	// Every member publishes its client URLs through raft after it starts;
 	// wait for those proposals so that only the test's own are in flight.
-	waitFor(t, 10*time.Second, "every member's published attributes, on every member", func() bool {
-		for _, nd := range c.nodes {
-			ms := nd.Members()
-			if len(ms) != 3 {
-				return false
-			}
-			for _, m := range ms {
-				if len(m.ClientURLs) == 0 {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	waitFor(t, 10*time.Second, "every member's published attributes, on every member", c.attrsPublished)
 	c.propose(c.leader(), []byte("barrier/0"))
 	return c, sms
 }

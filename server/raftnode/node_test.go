@@ -254,6 +254,26 @@ func (c *testCluster) propose(i int, data []byte) {
 	}
 }
 
+// attrsPublished reports whether every running member sees every member's
+// name and client URLs (published through raft by publishAttrs).
+func (c *testCluster) attrsPublished() bool {
+	for _, nd := range c.nodes {
+		if nd == nil {
+			continue
+		}
+		ms := nd.Members()
+		if len(ms) != c.n {
+			return false
+		}
+		for _, m := range ms {
+			if m.Name == "" || len(m.ClientURLs) != 1 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // state returns member i's test keys.
 func (c *testCluster) state(i int) map[string]string {
 	it, err := c.dbs[i].NewIter(&pebble.IterOptions{LowerBound: []byte{testPrefix}, UpperBound: []byte{testPrefix + 1}})
@@ -341,20 +361,7 @@ func TestElectionAndReplication(t *testing.T) {
 		t.Fatalf("state holds %d entries, want 100", got)
 	}
 	// attr publishing fills names and client URLs; members are persisted
-	waitFor(t, 10*time.Second, "member attributes", func() bool {
-		for _, nd := range c.nodes {
-			ms := nd.Members()
-			if len(ms) != 3 {
-				return false
-			}
-			for _, m := range ms {
-				if m.Name == "" || len(m.ClientURLs) != 1 {
-					return false
-				}
-			}
-		}
-		return true
-	})
+	waitFor(t, 10*time.Second, "member attributes", c.attrsPublished)
 	for i := range c.nodes {
 		if idx, n := c.sms[i].maxApplies(); n > 1 {
 			t.Fatalf("m%d applied index %d %d times", i, idx, n)
