@@ -7,9 +7,9 @@
 //   - KindLeaseRenew: one or more (request id, lease id) pairs, each a
 //     renewal at the entry's index (keepalives are batched per member, and
 //     the leader merges followers' forwarded batches into its own:
-//     AbsorbProposal) —
-//     every keepalive is replicated, so an acknowledged renewal survives any
-//     leader change.
+//     AbsorbProposal) — every acknowledged keepalive is covered by a
+//     replicated renewal (within its grace, a member answers without raft:
+//     lease.Lessor.RenewLocal), so it survives any leader change.
 //   - KindLeaseExpire: the highest grant/renewal index the leader had
 //     applied when it decided, then lease ids; a renewal applied after that
 //     index cancels the expiry. Each lease's keys go in one revision.
