@@ -114,7 +114,7 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	counter("tenure_raft_deferred_proposals_total", "Proposals this leader held back to share the raft round of the next one (lock acquires that queue behind an owner).", func() float64 {
 		return float64(m.node.DeferredProposals())
 	})
-	counter("tenure_lease_renewals_local_total", "Keepalives the leader acknowledged without a raft round, within the grace of a replicated renewal.", func() float64 {
+	counter("tenure_lease_renewals_local_total", "Keepalives this member acknowledged without a raft round, within the grace of its own replicated renewal of the lease.", func() float64 {
 		return float64(m.lessor.RenewedLocally())
 	})
 	counter("tenure_lease_expired_total", "Leases revoked by expiry on this member.", func() float64 { return float64(m.ap.LeaseExpiries()) })

@@ -311,12 +311,17 @@ func (s *Server) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 		if !ok {
 			return s.keepAliveConcurrent(stream, req)
 		}
-		resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
-		s.fill(&resp.Header)
-		if err := stream.Send(resp); err != nil {
+		if err := stream.Send(s.keepAliveResponse(req.ID, ttl)); err != nil {
 			return err
 		}
 	}
+}
+
+// keepAliveResponse answers a renewal of lease id with ttl (0: not found).
+func (s *Server) keepAliveResponse(id, ttl int64) *pb.LeaseKeepAliveResponse {
+	resp := &pb.LeaseKeepAliveResponse{ID: id, TTL: ttl}
+	s.fill(&resp.Header)
+	return resp
 }
 
 // keepAliveConcurrent serves the rest of a keepalive stream, starting with
@@ -336,6 +341,12 @@ func (s *Server) keepAliveConcurrent(stream pb.Lease_LeaseKeepAliveServer, first
 	)
 	fail := func(err error) {
 		errOnce.Do(func() { failed <- err; cancel() })
+	}
+	send := func(id, ttl int64) error {
+		resp := s.keepAliveResponse(id, ttl)
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(resp)
 	}
 	defer func() { cancel(); wg.Wait() }()
 	// requireLeader per renewal, with the stream's metadata read once.
@@ -384,12 +395,7 @@ func (s *Server) keepAliveConcurrent(stream pb.Lease_LeaseKeepAliveServer, first
 			return rpctypes.ErrGRPCNoLeader
 		}
 		if ttl, ok := s.cfg.Lessor.RenewLocal(req.ID); ok {
-			resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
-			s.fill(&resp.Header)
-			sendMu.Lock()
-			err := stream.Send(resp)
-			sendMu.Unlock()
-			if err != nil {
+			if err := send(req.ID, ttl); err != nil {
 				return err
 			}
 			continue
@@ -415,12 +421,7 @@ func (s *Server) keepAliveConcurrent(stream pb.Lease_LeaseKeepAliveServer, first
 				fail(ToGRPC(err))
 				return
 			}
-			resp := &pb.LeaseKeepAliveResponse{ID: req.ID, TTL: ttl}
-			s.fill(&resp.Header)
-			sendMu.Lock()
-			err = stream.Send(resp)
-			sendMu.Unlock()
-			if err != nil {
+			if err := send(req.ID, ttl); err != nil {
 				fail(err)
 			}
 		}()

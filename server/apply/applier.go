@@ -146,17 +146,14 @@ func (a *Applier) Do(ctx context.Context, r *pb.InternalRaftRequest) Result {
 // renewal rides in the member's next batched KindLeaseRenew entry
 // (leaseloop.go); it is answered once that entry is applied. It fails with
 // ErrTimeout after timeout (no timer when timeout <= 0) or when ctx ends.
-// On the leader, a renewal shortly after a replicated one is answered at
-// once without raft (Lessor.RenewLocal).
+// The time it is called is recorded for the lessor (Lessor.Renew): once
+// this renewal is applied, the member may answer renewals of the lease
+// without raft for the grace (Lessor.RenewLocal, which the keepalive
+// handler asks before calling Renew).
 func (a *Applier) Renew(ctx context.Context, leaseID int64, timeout time.Duration) (int64, error) {
-	if ttl, ok := a.lessor.RenewLocal(leaseID); ok {
-		return ttl, nil
-	}
-	id := a.nextID()
-	ch := make(chan Result, 1)
+	id, ch := a.register()
 	a.mu.Lock()
-	a.waits[id] = ch
-	a.renewStarted[id] = time.Now()
+	a.renewStarted[id] = time.Now() // before the proposal: no member applies it earlier
 	a.mu.Unlock()
 	defer a.forget(id)
 	var expired <-chan time.Time
@@ -301,15 +298,18 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 			a.lg.Error("malformed lease renew entry", "index", index)
 			return
 		}
+		// One a.mu hold for the entry (a batch carries up to renewBatchMax
+		// pairs); the lessor's own lock nests inside it and never the
+		// other way round.
+		a.mu.Lock()
 		for p := 1; p < len(data); p += renewPairBytes {
 			id := binary.BigEndian.Uint64(data[p:])
 			leaseID := int64(binary.BigEndian.Uint64(data[p+8:]))
-			a.mu.Lock()
 			started := a.renewStarted[id] // zero unless this member's own
-			a.mu.Unlock()
 			ttl, err := a.lessor.Renew(b, index, leaseID, started)
 			a.stage(id, Result{TTL: ttl, Err: err})
 		}
+		a.mu.Unlock()
 	case KindLeaseExpire:
 		if len(data) < 9 || (len(data)-9)%8 != 0 {
 			a.lg.Error("malformed lease expire entry", "index", index)

@@ -107,8 +107,8 @@ func (a *Applier) RunLeaseLoop(ctx context.Context, cfg LeaseLoopConfig) {
 
 // Renewal batching. Every keepalive that the lessor cannot answer within
 // the grace of this member's last replicated renewal (Lessor.RenewLocal)
-// goes through raft, but not as a raft entry of its own: renewals proposed on this member travel in
-// KindLeaseRenew entries of (request id, lease id) pairs. The batching is
+// goes through raft, but not as a raft entry of its own: renewals proposed
+// on this member travel in KindLeaseRenew entries of (request id, lease id) pairs. The batching is
 // adaptive: while fewer than renewMaxInFlight batches of this member await
 // their apply, a renewal is proposed at once (no added latency when idle);
 // otherwise renewals accumulate until a batch completes, the open batch

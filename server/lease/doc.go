@@ -6,9 +6,10 @@
 // checkpoints of remaining TTL, and expiries. Every acknowledged keepalive is
 // covered by a committed renewal: a replicated renewal keeps the lease TTL +
 // RenewGrace from its apply, and until RenewGrace after the member started
-// it, that member answers further keepalives without raft (RenewLocal). What is not replicated: deadlines. Each member keeps, on its own
-// monotonic clock, deadline = (time it applied the last grant/renew/checkpoint)
-// + remaining; only the leader acts on it, by proposing an expiry.
+// it, that member answers further keepalives without raft (RenewLocal).
+// What is not replicated: deadlines. Each member keeps, on its own monotonic
+// clock, deadline = (time it applied the last grant/renew/checkpoint) +
+// remaining; only the leader acts on it, by proposing an expiry.
 //
 // The promise: a lease is never revoked before TTL has passed since its last
 // acknowledged renewal, and is revoked no later than TTL + checkpoint interval

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -14,10 +15,9 @@ import (
 // proposal that is not deferrable and goes to raft in the same message, so
 // both are appended together (one log write, one fsync and one replication
 // round per member for both), or for Config.DeferLinger, whichever comes
-// first.
-// Meant for proposals that gain nothing from an early round, such as a lock
-// acquire that will queue behind an owner anyway: every round it rides
-// along with saves the cluster one. Deferrable runs on proposing
+// first. Meant for proposals that gain nothing from an early round, such as
+// a lock acquire that will queue behind an owner anyway: every round it
+// rides along with saves the cluster one. Deferrable runs on proposing
 // goroutines and must be cheap and must not block on raft.
 type ProposalDeferrer interface {
 	Deferrable(data []byte) bool
@@ -33,8 +33,8 @@ const DefaultDeferLinger = 5 * time.Millisecond
 type deferQueue struct {
 	mu    sync.Mutex
 	ents  []*raftpb.Entry
-	armed bool // a linger timer is pending for ents
-	held  uint64
+	armed bool          // a linger timer is pending for ents
+	held  atomic.Uint64 // proposals ever deferred (metrics)
 }
 
 // deferrable reports whether data should wait in the deferred queue.
@@ -46,7 +46,7 @@ func (n *Node) deferrable(data []byte) bool {
 func (n *Node) deferEntry(data []byte) {
 	n.deferred.mu.Lock()
 	n.deferred.ents = append(n.deferred.ents, &raftpb.Entry{Data: data})
-	n.deferred.held++
+	n.deferred.held.Add(1)
 	arm := !n.deferred.armed
 	n.deferred.armed = true
 	n.deferred.mu.Unlock()
@@ -92,39 +92,22 @@ func (n *Node) proposeWithDeferred(ctx context.Context, ents []*raftpb.Entry) (b
 	return true, n.rn.Step(ctx, &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: all})
 }
 
-// deferForwarded moves the deferrable normal entries of a forwarded
-// proposal to the deferred queue and returns the message with the rest
-// (nil when none are left).
+// deferForwarded moves the deferrable entries of a forwarded proposal to
+// the deferred queue and returns the message with the rest (nil when none
+// are left).
 func (n *Node) deferForwarded(m *raftpb.Message) *raftpb.Message {
 	if n.deferrer == nil || !n.isLeader.Load() {
 		return m
 	}
-	var keep []*raftpb.Entry // allocated at the first deferred entry
-	for i, e := range m.GetEntries() {
-		if e.GetType() == raftpb.EntryNormal && n.deferrable(e.GetData()) {
-			if keep == nil {
-				keep = append(make([]*raftpb.Entry, 0, len(m.GetEntries())), m.GetEntries()[:i]...)
-			}
-			n.deferEntry(e.GetData())
-			continue
+	m, _ = takeEntries(m, func(d []byte) bool {
+		if !n.deferrable(d) {
+			return false
 		}
-		if keep != nil {
-			keep = append(keep, e)
-		}
-	}
-	if keep == nil {
-		return m
-	}
-	if len(keep) == 0 {
-		return nil
-	}
-	m.Entries = keep
+		n.deferEntry(d)
+		return true
+	})
 	return m
 }
 
 // DeferredProposals counts proposals that waited in the deferred queue.
-func (n *Node) DeferredProposals() uint64 {
-	n.deferred.mu.Lock()
-	defer n.deferred.mu.Unlock()
-	return n.deferred.held
-}
+func (n *Node) DeferredProposals() uint64 { return n.deferred.held.Load() }

@@ -739,10 +739,20 @@ func (n *Node) absorb(m *raftpb.Message) *raftpb.Message {
 	if !ok || !n.isLeader.Load() {
 		return m
 	}
-	var keep []*raftpb.Entry // allocated at the first absorbed entry
+	m, took := takeEntries(m, func(d []byte) bool { return d[0] != internalPrefix && ab.AbsorbProposal(d) })
+	if took {
+		n.absorbed.Add(1)
+	}
+	return m
+}
+
+// takeEntries passes each non-empty normal entry of m to take and drops the
+// ones it took; it returns m with the rest (nil when none are left) and
+// whether take took any.
+func takeEntries(m *raftpb.Message, take func(data []byte) bool) (*raftpb.Message, bool) {
+	var keep []*raftpb.Entry // allocated at the first entry taken
 	for i, e := range m.GetEntries() {
-		d := e.GetData()
-		if e.GetType() == raftpb.EntryNormal && len(d) > 0 && d[0] != internalPrefix && ab.AbsorbProposal(d) {
+		if d := e.GetData(); e.GetType() == raftpb.EntryNormal && len(d) > 0 && take(d) {
 			if keep == nil {
 				keep = append(make([]*raftpb.Entry, 0, len(m.GetEntries())), m.GetEntries()[:i]...)
 			}
@@ -753,14 +763,13 @@ func (n *Node) absorb(m *raftpb.Message) *raftpb.Message {
 		}
 	}
 	if keep == nil {
-		return m
+		return m, false
 	}
-	n.absorbed.Add(1)
 	if len(keep) == 0 {
-		return nil
+		return nil, true
 	}
 	m.Entries = keep
-	return m
+	return m, true
 }
 
 // ReportUnreachable tells raft that a peer could not be reached.
