@@ -94,14 +94,12 @@ func loadRaftState(db *pebble.DB) (*persisted, error) {
 
 // saveReady writes hard state, entries and snapshot metadata in one synced
 // batch. lastIndex is the last log index on disk before this write; entries
-// that overwrite a suffix make the stale tail beyond them disappear.
-//
-// mustSync says whether the write must reach the disk before anything that
-// depends on it leaves the member: new entries, a term or a vote (raft's
-// MustSync). A Ready that only moves the commit index need not wait for the
-// disk — the commit index can always be recovered from a quorum — which
-// keeps one fsync per commit round off the write path, as etcd does.
-func saveReady(db *pebble.DB, hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, lastIndex uint64, mustSync bool) (uint64, error) {
+// that overwrite a suffix make the stale tail beyond them disappear. The
+// ready loop calls it only for what must reach the disk before anything that
+// depends on it leaves the member: new entries, a term, a vote or a snapshot
+// (raft's MustSync); a hard state that only moves the commit index waits for
+// the next such write (see readyLoop).
+func saveReady(db *pebble.DB, hs *raftpb.HardState, ents []*raftpb.Entry, snap *raftpb.Snapshot, lastIndex uint64) (uint64, error) {
 	b := db.NewBatch()
 	defer b.Close()
 	if snap != nil && snap.GetMetadata().GetIndex() > 0 {
@@ -136,10 +134,7 @@ func saveReady(db *pebble.DB, hs *raftpb.HardState, ents []*raftpb.Entry, snap *
 	if b.Empty() {
 		return lastIndex, nil
 	}
-	if mustSync || (snap != nil && snap.GetMetadata().GetIndex() > 0) {
-		return lastIndex, b.Commit(pebble.Sync)
-	}
-	return lastIndex, b.Commit(pebble.NoSync)
+	return lastIndex, b.Commit(pebble.Sync)
 }
 
 // reader is what *pebble.DB, *pebble.Batch and *pebble.Snapshot provide.

@@ -17,10 +17,11 @@
 //     one does not rewrite) are handed over before this Ready is persisted,
 //     so under load an entry's apply does not wait for the next entries'
 //     fsync (etcd does the same); the rest after. A Ready that only advances
-//     the commit index is written without waiting for the disk (raft's
-//     MustSync rule, as etcd): the commit index is recoverable from a quorum.
-//     A stored applied index may therefore pass the stored commit index after
-//     a crash, never the stored log; restart raises the commit index to it.
+//     the commit index writes nothing: the new commit index rides with the
+//     next synced write (or a clean stop), as it is recoverable from a quorum
+//     (raft's MustSync rule). A stored applied index may therefore pass the
+//     stored commit index after a crash, never the stored log; restart
+//     raises the commit index to it.
 //   - On the leader, proposals forwarded by followers are first offered to a
 //     StateMachine that implements ProposalAbsorber (renewal batches are
 //     merged into the leader's own).
@@ -35,7 +36,10 @@
 //     index, taken from one Pebble snapshot.
 //
 // Implementation notes:
-//   - Driven by raft.Node (the library's goroutine), with a Ready loop that
+//   - Driven by a raft.RawNode that callers step under a mutex (rawNode),
+//     not by raft.Node: raft.Node's own goroutine added a goroutine hand-off
+//     to every proposal, peer message and Ready. Proposals still wait for a
+//     known leader, as with raft.Node. The Ready loop takes each Ready,
 //     persists hard state + entries (+ snapshot metadata) in one synced Pebble
 //     batch before followers send; the leader sends its appends first (raft
 //     thesis §10.2.1). Committed entries go to a separate apply goroutine over

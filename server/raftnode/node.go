@@ -20,9 +20,10 @@ import (
 	"github.com/tenure-io/tenure/server/storage"
 )
 
-// Node is one member's raft node. It drives etcd raft's raft.Node (the
-// library's own goroutine serialises all raft state; Node adds a Ready loop,
-// an apply loop, a ReadIndex batching loop and the transport around it).
+// Node is one member's raft node. It drives etcd raft's RawNode (through
+// rawNode, which serialises all raft state under a mutex; Node adds a Ready
+// loop, an apply loop, a ReadIndex batching loop and the transport around
+// it).
 type Node struct {
 	cfg    Config
 	log    *slog.Logger
@@ -30,7 +31,7 @@ type Node struct {
 	sm     StateMachine
 	id     uint64
 	ms     *raft.MemoryStorage
-	rn     raft.Node
+	rn     *rawNode
 	rcfg   *raft.Config
 	boot   []raft.Peer // non-nil: bootstrap a new cluster on Start
 	tr     Transport
@@ -44,8 +45,8 @@ type Node struct {
 
 	// leader tracking
 	leadMu sync.Mutex
-	// leadTerm caches (leader, term) for the request path: raft.Node.Status
-	// is a round trip through the raft goroutine and must not run per request.
+	// leadTerm caches (leader, term) for the request path: raft's Status
+	// copies the progress of every peer and must not run per request.
 	leadNow, termNow atomic.Uint64
 	lead             uint64
 	term             uint64
@@ -62,6 +63,7 @@ type Node struct {
 	appliedCh    chan struct{}        // closed and replaced when applied advances
 	fwdPropc     chan *raftpb.Message // proposals forwarded by followers (forwardLoop)
 	savedHS      *raftpb.HardState    // last hard state written (readyLoop)
+	unsavedHS    *raftpb.HardState    // a newer hard state that only moved the commit index, not yet written (readyLoop)
 	confState    *raftpb.ConfState
 	snapIndex    uint64 // index of the last compaction snapshot (apply loop)
 	peersMu      sync.Mutex
@@ -274,7 +276,7 @@ func (n *Node) adoptInstalledSnapshot(p *persisted) error {
 // raiseCommitToApplied handles a crash after an apply batch reached the disk
 // but before the hard state that moved the commit index did: committed
 // entries are applied while a Ready is persisted, and a hard state that only
-// moves the commit index is written without a sync. Entries up to the
+// moves the commit index is not written until the next synced write. Entries up to the
 // applied index were committed (only committed entries are applied) and are
 // in the local log, so the commit index moves up to them.
 func raiseCommitToApplied(p *persisted, applied uint64) {
@@ -320,8 +322,13 @@ func (n *Node) RegisterPeerService(s *grpc.Server) {
 // Start starts the raft node, its loops and the transport.
 func (n *Node) Start() {
 	n.startOnce.Do(func() {
+		rn, err := newRawNode(n.rcfg, n.boot)
+		if err != nil {
+			// The configuration and storage were checked by New.
+			panic(fmt.Sprintf("raftnode: starting raft: %v", err))
+		}
+		n.rn = rn
 		if n.boot != nil {
-			n.rn = raft.StartNode(n.rcfg, n.boot)
 			for _, p := range n.boot {
 				var m Member
 				_ = json.Unmarshal(p.Context, &m)
@@ -329,8 +336,6 @@ func (n *Node) Start() {
 					n.tr.AddPeer(m.ID, m.PeerURLs)
 				}
 			}
-		} else {
-			n.rn = raft.RestartNode(n.rcfg)
 		}
 		n.membersMu.RLock()
 		for id, m := range n.members {
@@ -364,6 +369,14 @@ func (n *Node) Stop() {
 			n.rn.Stop()
 		}
 		n.wg.Wait()
+		// A clean stop leaves the latest commit index on disk (a crash
+		// leaves it behind; restart raises it to the applied index).
+		if hs := n.unsavedHS; hs != nil {
+			if _, err := saveReady(n.db, hs, nil, nil, n.lastIndex); err != nil {
+				n.log.Warn("saving the last commit index at stop", "err", err)
+			}
+			n.unsavedHS = nil
+		}
 		n.ccMu.Lock()
 		for id, c := range n.ccWaiters {
 			c <- ErrStopped
@@ -396,95 +409,120 @@ func (n *Node) tickLoop() {
 func (n *Node) readyLoop() {
 	defer n.wg.Done()
 	for {
-		var rd raft.Ready
 		select {
-		case rd = <-n.rn.Ready():
+		case <-n.rn.wake:
 		case <-n.stopc:
 			return
 		}
-		if rd.SoftState != nil {
-			n.setLeader(rd.SoftState.Lead, rd.SoftState.RaftState == raft.StateLeader)
-		}
-		if rd.HardState != nil && rd.HardState.GetTerm() > 0 {
-			n.leadMu.Lock()
-			n.term = rd.HardState.GetTerm()
-			n.leadMu.Unlock()
-			n.termNow.Store(rd.HardState.GetTerm())
-		}
-		for _, rs := range rd.ReadStates {
-			select {
-			case n.readStatec <- rs:
-			default: // the read loop retries
+		for {
+			rd, ok := n.rn.ready()
+			if !ok {
+				break
 			}
-		}
-		leader := n.isLeader.Load()
-		if leader {
-			// Raft thesis §10.2.1: the leader may send appends before its own
-			// fsync; the entries count toward commit only once it persisted
-			// them (raft tracks its own match index through Advance).
-			n.send(rd.Messages)
-		}
-		// Committed entries already on disk and not rewritten by this Ready
-		// are applied while it is persisted (as etcd does): under load the
-		// leader's Ready carries both new entries and the commit of earlier
-		// ones, and waiting for the new entries' fsync would add one disk
-		// sync to every request's latency. Entries this Ready writes (a
-		// follower may learn them committed in the same message) are applied
-		// only after the write, so the applied index never passes the log.
-		committed := rd.CommittedEntries
-		if early := n.stableCommitted(rd); early > 0 {
-			if !n.dispatchApply(committed[:early]) {
+			if !n.handleReady(rd) {
 				return
 			}
-			committed = committed[early:]
+			n.rn.advance(rd)
 		}
-		// Only a Ready that persists something is a durability step: the
-		// failpoints and the sync timing count exactly those.
-		persists := rd.HardState != nil || len(rd.Entries) > 0 || !raft.IsEmptySnap(rd.Snapshot)
+	}
+}
+
+// handleReady persists, sends and hands to apply what one Ready holds; it
+// returns false when the member stops.
+func (n *Node) handleReady(rd raft.Ready) bool {
+	if rd.SoftState != nil {
+		n.setLeader(rd.SoftState.Lead, rd.SoftState.RaftState == raft.StateLeader)
+	}
+	if rd.HardState != nil && rd.HardState.GetTerm() > 0 {
+		n.leadMu.Lock()
+		n.term = rd.HardState.GetTerm()
+		n.leadMu.Unlock()
+		n.termNow.Store(rd.HardState.GetTerm())
+	}
+	for _, rs := range rd.ReadStates {
+		select {
+		case n.readStatec <- rs:
+		default: // the read loop retries
+		}
+	}
+	leader := n.isLeader.Load()
+	if leader {
+		// Raft thesis §10.2.1: the leader may send appends before its own
+		// fsync; the entries count toward commit only once it persisted
+		// them (raft tracks its own match index through Advance).
+		n.send(rd.Messages)
+	}
+	// Committed entries already on disk and not rewritten by this Ready
+	// are applied while it is persisted (as etcd does): under load the
+	// leader's Ready carries both new entries and the commit of earlier
+	// ones, and waiting for the new entries' fsync would add one disk
+	// sync to every request's latency. Entries this Ready writes (a
+	// follower may learn them committed in the same message) are applied
+	// only after the write, so the applied index never passes the log.
+	committed := rd.CommittedEntries
+	if early := n.stableCommitted(rd); early > 0 {
+		if !n.dispatchApply(committed[:early]) {
+			return false
+		}
+		committed = committed[early:]
+	}
+	// A hard state that only moves the commit index is not written on
+	// its own: it rides with the next write of entries, term, vote or
+	// snapshot. The commit index can always be recovered from a quorum,
+	// and on restart it is raised to the applied index (which the
+	// state-machine batch persists), so losing it loses nothing. Writing
+	// it alone cost every member a pebble commit, a WAL write and a
+	// goroutine wake-up per commit round (each round's commit reaches
+	// the followers in a message of its own).
+	hs := rd.HardState
+	mustSync := len(rd.Entries) > 0 || !raft.IsEmptySnap(rd.Snapshot)
+	if hs != nil && (hs.GetTerm() != n.savedHS.GetTerm() || hs.GetVote() != n.savedHS.GetVote()) {
+		mustSync = true
+	}
+	if hs != nil && !mustSync {
+		n.unsavedHS, hs = hs, nil
+	} else if hs == nil && mustSync {
+		hs = n.unsavedHS
+	}
+	// Only a Ready that persists something is a durability step: the
+	// failpoints and the sync timing count exactly those.
+	if mustSync {
+		failpoint.Hit(failpoint.RaftBeforeSave)
 		syncStart := time.Now()
-		if persists {
-			failpoint.Hit(failpoint.RaftBeforeSave)
-		}
 		var err error
-		mustSync := len(rd.Entries) > 0
-		if hs := rd.HardState; hs != nil && (hs.GetTerm() != n.savedHS.GetTerm() || hs.GetVote() != n.savedHS.GetVote()) {
-			mustSync = true
-		}
-		n.lastIndex, err = saveReady(n.db, rd.HardState, rd.Entries, rd.Snapshot, n.lastIndex, mustSync)
-		if rd.HardState != nil {
-			n.savedHS = rd.HardState
-		}
+		n.lastIndex, err = saveReady(n.db, hs, rd.Entries, rd.Snapshot, n.lastIndex)
 		if err != nil {
 			n.log.Error("persisting raft state failed; stopping", "err", err)
 			go n.Stop()
-			return
+			return false
 		}
-		if persists {
-			n.observeSync(syncStart, len(rd.Entries))
-			failpoint.Hit(failpoint.RaftAfterSave)
+		if hs != nil {
+			n.savedHS, n.unsavedHS = hs, nil
 		}
-		if !raft.IsEmptySnap(rd.Snapshot) {
-			if err := n.ms.ApplySnapshot(rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
-				n.log.Error("apply snapshot to memory storage", "err", err)
-			}
-			if idx := rd.Snapshot.GetMetadata().GetIndex(); idx > n.appliedIndex() {
-				n.log.Error("raft restored a snapshot whose data was not installed", "index", idx, "applied", n.appliedIndex())
-			}
-		}
-		if rd.HardState != nil {
-			_ = n.ms.SetHardState(rd.HardState)
-		}
-		if err := n.ms.Append(rd.Entries); err != nil {
-			n.log.Error("append to memory storage", "err", err)
-		}
-		if !leader {
-			n.send(rd.Messages)
-		}
-		if !n.dispatchApply(committed) {
-			return
-		}
-		n.rn.Advance()
+		n.observeSync(syncStart, len(rd.Entries))
+		failpoint.Hit(failpoint.RaftAfterSave)
 	}
+	if !raft.IsEmptySnap(rd.Snapshot) {
+		if err := n.ms.ApplySnapshot(rd.Snapshot); err != nil && !errors.Is(err, raft.ErrSnapOutOfDate) {
+			n.log.Error("apply snapshot to memory storage", "err", err)
+		}
+		if idx := rd.Snapshot.GetMetadata().GetIndex(); idx > n.appliedIndex() {
+			n.log.Error("raft restored a snapshot whose data was not installed", "index", idx, "applied", n.appliedIndex())
+		}
+	}
+	if rd.HardState != nil {
+		_ = n.ms.SetHardState(rd.HardState)
+	}
+	if err := n.ms.Append(rd.Entries); err != nil {
+		n.log.Error("append to memory storage", "err", err)
+	}
+	if !leader {
+		n.send(rd.Messages)
+	}
+	if !n.dispatchApply(committed) {
+		return false
+	}
+	return true
 }
 
 // stableCommitted counts the leading committed entries of rd that are on

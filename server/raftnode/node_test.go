@@ -624,15 +624,25 @@ func TestReadIndexBatching(t *testing.T) {
 	const callers = 200
 	var wg sync.WaitGroup
 	errs := make(chan error, callers)
+	// A read round between this follower and the leader takes a network
+	// round trip here, as it does between real members: over the bare
+	// in-memory network it takes a few microseconds, about as long as
+	// starting a goroutine, and callers started one after another would
+	// each find the previous round done.
+	c.net.Delay(c.ids[f], c.ids[l], time.Millisecond)
+	c.net.Delay(c.ids[l], c.ids[f], time.Millisecond)
+	start := make(chan struct{})
 	for range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			<-start
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			errs <- nd.ReadIndex(ctx)
 		}()
 	}
+	close(start)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -645,6 +655,7 @@ func TestReadIndexBatching(t *testing.T) {
 	if rounds > callers/4 {
 		t.Fatalf("%d read rounds for %d callers: not batched", rounds, callers)
 	}
+	c.net.Heal()
 	// a ReadIndex issued after a write observes it on every member
 	c.propose(l, []byte("after"))
 	for i := range 3 {
