@@ -487,8 +487,8 @@ func (n *Node) handleReady(rd raft.Ready) bool {
 	// Only a Ready that persists something is a durability step: the
 	// failpoints and the sync timing count exactly those.
 	if mustSync {
+		syncStart := time.Now() // a stalled disk is simulated at the failpoint
 		failpoint.Hit(failpoint.RaftBeforeSave)
-		syncStart := time.Now()
 		var err error
 		n.lastIndex, err = saveReady(n.db, hs, rd.Entries, rd.Snapshot, n.lastIndex)
 		if err != nil {
