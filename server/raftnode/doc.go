@@ -29,6 +29,9 @@
 //     ProposalDeferrer calls deferrable (local or forwarded) waits for the
 //     next other proposal and goes to raft in the same message, after the
 //     ones deferred before it, or alone after Config.DeferLinger.
+//   - A follower sends its proposals and ReadIndex requests straight to the
+//     leader it knows (as raft forwards them, without a term) instead of
+//     leaving them to its next Ready, which waits behind its own disk sync.
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key

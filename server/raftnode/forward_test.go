@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -45,4 +46,39 @@ func TestForwardedProposalDoesNotBlockWithoutLeader(t *testing.T) {
 		}
 	}
 	waitFor(t, 20*time.Second, "member learns a leader again", func() bool { return n.Status().Leader != 0 })
+}
+
+// A follower's proposal goes to the leader without waiting for the
+// follower's raft: here the follower's RawNode is held busy (as a Ready
+// loop in the middle of a disk sync holds up raft's own forwarding until
+// its next Ready), and the proposal still commits on the other two.
+func TestFollowerProposalSkipsItsOwnRaft(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, nil)
+	lead := c.leader()
+	c.propose(lead, []byte("warm-up"))
+	c.converge()
+	f := (lead + 1) % 3
+	other := (lead + 2) % 3
+	waitFor(t, 10*time.Second, "follower knows the leader", func() bool { return c.nodes[f].leadNow.Load() == c.ids[lead] })
+
+	c.nodes[f].rn.mu.Lock()
+	held := true
+	defer func() {
+		if held {
+			c.nodes[f].rn.mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	errc := make(chan error, 1) // a Propose stuck on the held raft must not hang the test
+	go func() { errc <- c.nodes[f].Propose(ctx, []byte("from-follower")) }()
+	for _, i := range []int{lead, other} {
+		waitFor(t, 10*time.Second, fmt.Sprintf("m%d to apply the follower's proposal", i), func() bool { return c.sms[i].hasSeen("from-follower") })
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("Propose on a follower: %v", err)
+	}
+	c.nodes[f].rn.mu.Unlock()
+	held = false
+	waitFor(t, 10*time.Second, "the follower to apply its proposal", func() bool { return c.sms[f].hasSeen("from-follower") })
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
 )
 
 type readWaiter struct {
@@ -120,9 +122,12 @@ func (n *Node) readRound(ws []readWaiter) (uint64, error) {
 		id := binary.BigEndian.AppendUint64(nil, n.readSeq.Add(1))
 		ids = append(ids, id)
 		n.readRounds.Add(1)
-		ctx, cancel := context.WithTimeout(context.Background(), retry)
-		err := n.rn.ReadIndex(ctx, id)
-		cancel()
+		var err error
+		if !n.forwardToLeader(&raftpb.Message{Type: raftpb.MsgReadIndex.Enum(), Entries: []*raftpb.Entry{{Data: id}}}) {
+			ctx, cancel := context.WithTimeout(context.Background(), retry)
+			err = n.rn.ReadIndex(ctx, id)
+			cancel()
+		}
 		if err != nil && n.isStopped() {
 			return 0, ErrStopped
 		}
