@@ -13,4 +13,9 @@
 //     (KeyAppliedIndex), so no entry is applied twice or skipped.
 //   - Big-endian fixed-width integers are used in keys so that byte order is
 //     numeric order.
+//   - Pebble's WAL files (*.log) are preallocated with their size extended
+//     over the reserved space (walExtendFS), as etcd preallocates its WAL
+//     segments, so a synced append does not also persist a new file size;
+//     recovery reads the zeros past the last record as the log's end, as it
+//     does for Pebble's own preallocation and recycled logs.
 package storage

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Key prefixes. Values below StateMachineStart belong to the raft layer and are
@@ -71,6 +72,7 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 		Cache:        cache,
 		MemTableSize: o.MemTableBytes,
 		Logger:       quietLogger{},
+		FS:           walExtendFS{vfs.Default},
 	}
 	db, err := pebble.Open(filepath.Join(dir, "db"), opts)
 	if err != nil {
