@@ -413,10 +413,27 @@ func newZKLocker(addrs []string, path string) (*zkLocker, error) {
 }
 
 // Acquire runs go-zookeeper's Lock (the sequential-ephemeral recipe: create
-// <path>/lock-N, watch the predecessor). It takes no context.
-func (l *zkLocker) Acquire(context.Context) error { return l.lock.Lock() }
-func (l *zkLocker) Release(context.Context) error { return l.lock.Unlock() }
-func (l *zkLocker) Close()                        { l.c.Close() }
+// <path>/lock-N, watch the predecessor).
+func (l *zkLocker) Acquire(ctx context.Context) error { return l.bounded(ctx, l.lock.Lock) }
+func (l *zkLocker) Release(ctx context.Context) error { return l.bounded(ctx, l.lock.Unlock) }
+func (l *zkLocker) Close()                            { l.c.Close() }
+
+// bounded runs a go-zookeeper lock call, which takes no context, so that
+// the run's deadline still ends it: when ctx is done first the session is
+// closed, which makes the call return. (A Lock that never returned once
+// hung a whole benchmark run, past its -run-timeout.)
+func (l *zkLocker) bounded(ctx context.Context, call func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- call() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		l.c.Close()
+		<-done
+		return ctx.Err()
+	}
+}
 
 // unlockScript deletes the key only if it still holds this client's token.
 var unlockScript = redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
