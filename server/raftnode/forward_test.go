@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,4 +82,43 @@ func TestFollowerProposalSkipsItsOwnRaft(t *testing.T) {
 	c.nodes[f].rn.mu.Unlock()
 	held = false
 	waitFor(t, 10*time.Second, "the follower to apply its proposal", func() bool { return c.sms[f].hasSeen("from-follower") })
+}
+
+// A follower's ReadIndex request goes to the leader without waiting for
+// the follower's raft: with the follower's RawNode held busy, the leader
+// still receives the follower's MsgReadIndex, and the read completes once
+// the follower's raft is free to take the answer.
+func TestFollowerReadIndexSkipsItsOwnRaft(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, nil)
+	lead := c.leader()
+	c.propose(lead, []byte("warm-up"))
+	c.converge()
+	f := (lead + 1) % 3
+	waitFor(t, 10*time.Second, "follower knows the leader", func() bool { return c.nodes[f].leadNow.Load() == c.ids[lead] })
+
+	var reached atomic.Bool
+	c.net.Tap(func(m *raftpb.Message) {
+		if m.GetType() == raftpb.MsgReadIndex && m.GetFrom() == c.ids[f] && m.GetTo() == c.ids[lead] {
+			reached.Store(true)
+		}
+	})
+	defer c.net.Tap(nil)
+
+	c.nodes[f].rn.mu.Lock()
+	held := true
+	defer func() {
+		if held {
+			c.nodes[f].rn.mu.Unlock()
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- c.nodes[f].ReadIndex(ctx) }()
+	waitFor(t, 10*time.Second, "the follower's MsgReadIndex to reach the leader", reached.Load)
+	c.nodes[f].rn.mu.Unlock()
+	held = false
+	if err := <-errc; err != nil {
+		t.Fatalf("ReadIndex on a follower: %v", err)
+	}
 }

@@ -21,6 +21,7 @@ type MemNetwork struct {
 	cut      map[[2]uint64]bool
 	delay    map[[2]uint64]time.Duration
 	dropRate map[[2]uint64]float64
+	tap      func(*raftpb.Message)
 	rnd      *rand.Rand
 }
 
@@ -74,6 +75,23 @@ func (nw *MemNetwork) Drop(from, to uint64, p float64) {
 	nw.mu.Lock()
 	nw.dropRate[[2]uint64{from, to}] = p
 	nw.mu.Unlock()
+}
+
+// Tap calls f with every message the network delivers (tests that check
+// what crossed a link); nil removes it. f runs on delivery goroutines.
+func (nw *MemNetwork) Tap(f func(*raftpb.Message)) {
+	nw.mu.Lock()
+	nw.tap = f
+	nw.mu.Unlock()
+}
+
+func (nw *MemNetwork) tapped(m *raftpb.Message) {
+	nw.mu.Lock()
+	f := nw.tap
+	nw.mu.Unlock()
+	if f != nil {
+		f(m)
+	}
 }
 
 // Transport returns the transport for member id reachable at urls.
@@ -179,6 +197,7 @@ func (t *memTransport) deliver(to uint64, q chan *raftpb.Message) {
 			if !ok {
 				continue
 			}
+			t.nw.tapped(m)
 			if d > 0 {
 				// delayed messages may overtake each other, as on a real network
 				t.wg.Add(1)

@@ -420,8 +420,9 @@ func (l *zkLocker) Close()                            { l.c.Close() }
 
 // bounded runs a go-zookeeper lock call, which takes no context, so that
 // the run's deadline still ends it: when ctx is done first the session is
-// closed, which makes the call return. (A Lock that never returned once
-// hung a whole benchmark run, past its -run-timeout.)
+// closed and the caller returns without waiting for the call (a Lock that
+// never returned once hung a whole benchmark run, past its -run-timeout;
+// the buffered channel lets the call's goroutine finish whenever it does).
 func (l *zkLocker) bounded(ctx context.Context, call func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- call() }()
@@ -430,7 +431,6 @@ func (l *zkLocker) bounded(ctx context.Context, call func() error) error {
 		return err
 	case <-ctx.Done():
 		l.c.Close()
-		<-done
 		return ctx.Err()
 	}
 }
