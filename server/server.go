@@ -141,9 +141,13 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	}
 	electionTicks := int(cfg.ElectionTimeout / cfg.HeartbeatInterval)
 	mm := newMemberMetrics()
-	clientTLS, peerTLS, peerCreds, err := tlsConfigs(cfg)
+	clientTLS, peerTLS, peerDial, err := tlsConfigs(cfg)
 	if err != nil {
 		return nil, err
+	}
+	var peerCreds credentials.TransportCredentials
+	if peerDial != nil {
+		peerCreds = credentials.NewTLS(peerDial)
 	}
 	// A member forwards some requests (removing itself, promoting a learner)
 	// to another member's client URL; over https it presents its own client
@@ -173,6 +177,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		Logger:          lg,
 		Observer:        mm.observer(),
 		PeerCreds:       peerCreds,
+		PeerTLS:         peerDial,
 		OnLeaderChange: func(ev raftnode.LeaderEvent) {
 			if ev.Leader != 0 {
 				mm.leaderChanges.Inc()
@@ -243,7 +248,13 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			return nil, fmt.Errorf("--listen-peer-urls: %w", lerr)
 		}
 		lis = append(lis, l)
-		mem.serve(peerSrv, l)
+		mem.wg.Add(1)
+		go func() {
+			defer mem.wg.Done()
+			if err := node.ServePeer(l, peerSrv); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				lg.Error("peer listener stopped", "addr", l.Addr().String(), "err", err)
+			}
+		}()
 	}
 	for _, u := range cfg.ListenClientURLs {
 		l, lerr := listen(u, clientTLS)
@@ -310,8 +321,8 @@ func listen(raw string, tlsCfg *tls.Config) (net.Listener, error) {
 }
 
 // tlsConfigs builds the client and peer listeners' TLS configurations and
-// the credentials peers dial each other with (nil when not configured).
-func tlsConfigs(cfg Config) (client, peer *tls.Config, peerCreds credentials.TransportCredentials, err error) {
+// the configuration peers dial each other with (nil when not configured).
+func tlsConfigs(cfg Config) (client, peer, peerDial *tls.Config, err error) {
 	if cfg.ClientTLS.CertFile != "" {
 		if client, err = cfg.ClientTLS.ServerConfig(); err != nil {
 			return nil, nil, nil, fmt.Errorf("--cert-file: %w", err)
@@ -323,13 +334,11 @@ func tlsConfigs(cfg Config) (client, peer *tls.Config, peerCreds credentials.Tra
 		}
 	}
 	if !cfg.PeerTLS.Empty() {
-		dial, err := cfg.PeerTLS.ClientConfig()
-		if err != nil {
+		if peerDial, err = cfg.PeerTLS.ClientConfig(); err != nil {
 			return nil, nil, nil, fmt.Errorf("--peer-cert-file: %w", err)
 		}
-		peerCreds = credentials.NewTLS(dial)
 	}
-	return client, peer, peerCreds, nil
+	return client, peer, peerDial, nil
 }
 
 func (m *Member) serve(s *grpc.Server, l net.Listener) {

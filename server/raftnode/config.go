@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -32,7 +33,7 @@ type Config struct {
 	ElectionTicks          int           // election timeout in ticks; default 10
 	SnapshotCount          uint64        // applied entries between log compactions; default 10000
 	SnapshotCatchUpEntries uint64        // entries kept behind a compaction; default 5000
-	MaxRequestBytes        int           // bounds MaxSizePerMsg and the peer gRPC message size; default 1.5 MiB
+	MaxRequestBytes        int           // bounds MaxSizePerMsg and peer frames and messages; default 1.5 MiB
 	// DeferLinger bounds how long the leader holds a deferrable proposal
 	// (ProposalDeferrer) waiting for another to share its round; default
 	// DefaultDeferLinger.
@@ -43,11 +44,13 @@ type Config struct {
 	OnLeaderChange func(LeaderEvent) // called in order from one goroutine; must not block for long
 	// Observer, when set, receives disk sync, apply and snapshot timings.
 	Observer *Observer
-	// PeerCreds secures the gRPC peer transport's outgoing connections
-	// (https:// peer URLs); nil dials in plaintext.
+	// PeerCreds and PeerTLS secure the peer transport's outgoing
+	// connections (https:// peer URLs): PeerCreds its gRPC part (snapshots,
+	// Members), PeerTLS its raft streams. nil dials in plaintext.
 	PeerCreds credentials.TransportCredentials
+	PeerTLS   *tls.Config
 	// Transport carries raft messages and snapshots between members. nil
-	// selects the gRPC transport (NewGRPCTransport); tests inject MemNetwork's.
+	// selects the peer transport (NewPeerTransport); tests inject MemNetwork's.
 	Transport Transport
 }
 

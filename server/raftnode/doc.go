@@ -1,5 +1,6 @@
 // Package raftnode is the glue between etcd's raft library and Tenure: it owns
-// the raft log and hard state in Pebble, the peer transport (gRPC streams),
+// the raft log and hard state in Pebble, the peer transport (raft streams
+// for messages, gRPC for snapshots and membership lookups),
 // the Ready loop, the apply loop's batch lifecycle, log compaction, snapshot
 // send/receive, membership, and linearizable read barriers (ReadIndex).
 //
@@ -61,6 +62,13 @@
 //   - Member records (JSON) live under storage.PrefixMembers followed by the
 //     id (and the id plus 'r' marks a removed member); conf changes carry
 //     the Member JSON in their context.
+//
+//   - Raft messages travel on raft streams (stream.go): a TCP (or TLS)
+//     connection per ordered pair of members on the peer port, told apart
+//     from the peer gRPC server by its first bytes (ServePeerListener). The
+//     Ready loop writes a peer's frame to the socket itself when nothing is
+//     queued for it; the rest waits, bounded, for a writer goroutine. The
+//     acceptor checks the cluster and member IDs and steps what it reads.
 //
 // Observability: Config.Observer receives disk sync, apply and snapshot-send
 // timings (hot paths: callbacks must be cheap); syncs and applies over 100 ms

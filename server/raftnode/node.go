@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,7 +36,7 @@ type Node struct {
 	rcfg   *raft.Config
 	boot   []raft.Peer // non-nil: bootstrap a new cluster on Start
 	tr     Transport
-	grpcTr *GRPCTransport // non-nil when the default transport is used
+	peerTr *PeerTransport // non-nil when the default transport is used
 
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
 	deferred deferQueue       // the leader's deferred proposals (defer.go)
@@ -134,8 +135,8 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.tr = cfg.Transport
 	if n.tr == nil {
-		n.grpcTr = NewGRPCTransport(GRPCTransportConfig{Logger: n.log, Creds: cfg.PeerCreds, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
-		n.tr = n.grpcTr
+		n.peerTr = NewPeerTransport(PeerTransportConfig{Logger: n.log, Creds: cfg.PeerCreds, TLS: cfg.PeerTLS, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
+		n.tr = n.peerTr
 	}
 
 	storedID, err := getU64(cfg.DB, keyLocalID)
@@ -311,12 +312,23 @@ func (n *Node) loadApplied() error {
 	return nil
 }
 
-// RegisterPeerService registers the server side of the gRPC peer transport.
-// It is a no-op when a custom Transport was configured.
+// RegisterPeerService registers the gRPC side of the peer transport
+// (snapshots, Members). It is a no-op when a custom Transport was
+// configured.
 func (n *Node) RegisterPeerService(s *grpc.Server) {
-	if n.grpcTr != nil {
-		n.grpcTr.Register(s)
+	if n.peerTr != nil {
+		n.peerTr.Register(s)
 	}
+}
+
+// ServePeer serves a peer listener until it closes (stopping s closes it):
+// raft streams go to the peer transport, everything else to s, on which
+// RegisterPeerService was called. With a custom Transport, s serves all.
+func (n *Node) ServePeer(l net.Listener, s *grpc.Server) error {
+	if n.peerTr == nil {
+		return s.Serve(l)
+	}
+	return ServePeerListener(l, s, n.peerTr)
 }
 
 // Start starts the raft node, its loops and the transport.

@@ -170,7 +170,7 @@ func (c *testCluster) start(i int) {
 		c.lis[i] = nil
 		s := grpc.NewServer()
 		nd.RegisterPeerService(s)
-		go s.Serve(l)
+		go nd.ServePeer(l, s)
 		c.grpcSrv[i] = s
 	}
 	nd.Start()
@@ -670,7 +670,7 @@ func TestReadIndexBatching(t *testing.T) {
 	}
 }
 
-func TestGRPCTransport(t *testing.T) {
+func TestPeerTransport(t *testing.T) {
 	r := testSeed(t)
 	c := newTestCluster(t, 3, r.Int63(), true, func(cfg *Config) {
 		cfg.SnapshotCount = 40
@@ -687,7 +687,7 @@ func TestGRPCTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	// a member that was down while the log compacted catches up via a
-	// snapshot streamed over gRPC
+	// snapshot streamed over gRPC (the rest traveled on raft streams)
 	down := (l + 1) % 3
 	c.stop(down)
 	for k := 0; k < 120; k++ {

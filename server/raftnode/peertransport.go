@@ -2,18 +2,22 @@ package raftnode
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/soheilhy/cmux"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,28 +29,20 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// The peer service is described by hand (no protoc). The Message stream
-// carries batches of raft messages in its own codec (peercodec.go); the
-// Snapshot stream and the Members RPC carry wrapperspb.BytesValue whose
-// value is a proto-marshaled raftpb.Message, a snapshot chunk, or JSON.
+// The gRPC part of the peer service (snapshots and the Members RPC) is
+// described by hand (no protoc). Its messages are wrapperspb.BytesValue
+// whose value is a proto-marshaled raftpb.Message, a snapshot chunk, or
+// JSON. Raft messages themselves travel on raft streams (stream.go).
 const (
 	peerService    = "tenure.raftpeer.v1.RaftPeer"
 	mdClusterID    = "tenure-cluster-id"
 	mdFrom         = "tenure-from"
-	peerQueueSize  = 4096
 	maxBackoff     = 2 * time.Second
 	initialBackoff = 50 * time.Millisecond
 
-	// Static HTTP/2 flow-control windows of the peer gRPC server. Raft
-	// traffic only flows from dialer to server (each member sends its
-	// messages on a stream it opened), so the server's receive windows are
-	// the ones that matter. An explicit window turns off gRPC's BDP
-	// estimation, which answered every received raft batch with a
-	// connection WINDOW_UPDATE and a BDP PING (and the sender with a PING
-	// ack): with one batch per raft round that doubled the peer streams'
-	// write and read syscalls. At the default request limit a stream window
-	// holds about six full batches (MaxMessageBytes/2); larger batches still
-	// pass, a window update at a time.
+	// Static HTTP/2 flow-control windows of the peer gRPC server, which now
+	// carries only snapshots (large, one-way: dialer to server). An explicit
+	// window turns off gRPC's BDP estimation and its PINGs.
 	peerStreamWindowBytes = 8 << 20
 	peerConnWindowBytes   = 16 << 20
 )
@@ -70,64 +66,100 @@ var peerServiceDesc = grpc.ServiceDesc{
 			if err := dec(in); err != nil {
 				return nil, err
 			}
-			return srv.(*GRPCTransport).members()
+			return srv.(*PeerTransport).members()
 		},
 	}},
 	Streams: []grpc.StreamDesc{
-		{StreamName: "Message", ClientStreams: true, Handler: func(srv any, s grpc.ServerStream) error {
-			return srv.(*GRPCTransport).serveMessages(s)
-		}},
 		{StreamName: "Snapshot", ClientStreams: true, Handler: func(srv any, s grpc.ServerStream) error {
-			return srv.(*GRPCTransport).serveSnapshot(s)
+			return srv.(*PeerTransport).serveSnapshot(s)
 		}},
 	},
 	Metadata: "tenure/raftpeer.proto",
 }
 
-// GRPCTransportConfig configures the gRPC peer transport.
-type GRPCTransportConfig struct {
+// PeerTransportConfig configures the peer transport.
+type PeerTransportConfig struct {
 	Logger *slog.Logger
-	// Creds secures peer connections; nil = plaintext (http:// peer URLs).
-	Creds           credentials.TransportCredentials
+	// Creds secures the gRPC part (snapshots, Members); TLS secures raft
+	// streams. Both nil: plaintext (http:// peer URLs).
+	Creds credentials.TransportCredentials
+	TLS   *tls.Config
+	// MaxMessageBytes bounds one raft message batch (a stream frame) and
+	// one gRPC message.
 	MaxMessageBytes int
 }
 
-// GRPCTransport is the gRPC peer transport: one long-lived client stream per
-// peer for raft messages (bounded queue, drop + ReportUnreachable when full,
-// reconnect with backoff), a client stream per snapshot, and a unary Members
-// RPC. The cluster ID travels in metadata and mismatches are rejected.
-type GRPCTransport struct {
-	cfg   GRPCTransportConfig
+// PeerTransport moves raft messages on raft streams (stream.go: a
+// connection per ordered pair of members, frames written by the Ready
+// loop itself when nothing is queued, a dial loop per peer that reconnects
+// with backoff and reports the peer unreachable while it is down, bounded
+// backlog) and snapshots and the Members RPC over gRPC. Both check the
+// cluster ID and refuse a mismatch.
+type PeerTransport struct {
+	cfg   PeerTransportConfig
 	log   *slog.Logger
 	mu    sync.Mutex
 	id    uint64
 	h     Handler
-	peers map[uint64]*grpcPeer
-	ready chan struct{} // closed by Start
+	peers map[uint64]*streamPeer
+	// accepted holds the raft streams being served, closed at Stop.
+	accepted map[net.Conn]struct{}
+	ready    chan struct{} // closed by Start
+	// ctx is the context raft messages are processed under; cancelled by Stop.
+	ctx       context.Context
+	cancelCtx context.CancelFunc
 	// batchesRecv counts raft message batches received (tests: that a
 	// burst travels in fewer stream writes than messages).
 	batchesRecv atomic.Uint64
 	stopc       chan struct{}
 	once        sync.Once
 	wg          sync.WaitGroup
+	grpcMu      sync.Mutex
+	grpcConns   map[uint64]*grpc.ClientConn // snapshot connections, dialed when first needed
 }
 
-// NewGRPCTransport creates a gRPC transport; Register it on the peer server.
-func NewGRPCTransport(cfg GRPCTransportConfig) *GRPCTransport {
+// NewPeerTransport creates a peer transport. Register it on the peer gRPC
+// server and serve raft streams with ServeStreams (ServePeerListener does
+// both on one listener).
+func NewPeerTransport(cfg PeerTransportConfig) *PeerTransport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = 8 << 20
 	}
-	return &GRPCTransport{cfg: cfg, log: cfg.Logger, peers: map[uint64]*grpcPeer{},
-		ready: make(chan struct{}), stopc: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &PeerTransport{cfg: cfg, log: cfg.Logger, peers: map[uint64]*streamPeer{}, accepted: map[net.Conn]struct{}{},
+		ready: make(chan struct{}), stopc: make(chan struct{}), ctx: ctx, cancelCtx: cancel, grpcConns: map[uint64]*grpc.ClientConn{}}
 }
 
-// Register adds the peer service to s.
-func (t *GRPCTransport) Register(s *grpc.Server) { s.RegisterService(&peerServiceDesc, t) }
+// Register adds the peer gRPC service to s.
+func (t *PeerTransport) Register(s *grpc.Server) { s.RegisterService(&peerServiceDesc, t) }
 
-func (t *GRPCTransport) Start(id uint64, h Handler) error {
+// ServePeerListener serves a peer listener: raft streams go to t and every
+// other connection (gRPC: snapshots, Members) to s. It returns when l is
+// closed (stopping s closes it).
+func ServePeerListener(l net.Listener, s *grpc.Server, t *PeerTransport) error {
+	mux := cmux.New(l)
+	streams := mux.Match(cmux.PrefixMatcher(streamMagic))
+	rest := mux.Match(cmux.Any())
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); _ = t.ServeStreams(streams) }()
+	go func() { defer wg.Done(); _ = s.Serve(rest) }()
+	err := mux.Serve()
+	wg.Wait() // both sub-listeners end when mux.Serve does
+	if errors.Is(err, net.ErrClosed) {
+		return nil
+	}
+	return err
+}
+
+// maxFrame is the largest frame a stream accepts: a batch is cut at half
+// the message limit, and a single message may be as large as the limit.
+func (t *PeerTransport) maxFrame() int { return t.cfg.MaxMessageBytes + 1<<16 }
+
+func (t *PeerTransport) Start(id uint64, h Handler) error {
 	t.mu.Lock()
 	t.id, t.h = id, h
 	for _, p := range t.peers {
@@ -138,7 +170,13 @@ func (t *GRPCTransport) Start(id uint64, h Handler) error {
 	return nil
 }
 
-func (t *GRPCTransport) handler(ctx context.Context) (Handler, error) {
+func (t *PeerTransport) reportUnreachable(id uint64) {
+	if h := t.h; h != nil {
+		go h.ReportUnreachable(id)
+	}
+}
+
+func (t *PeerTransport) handler(ctx context.Context) (Handler, error) {
 	select {
 	case <-t.ready:
 		return t.h, nil
@@ -149,7 +187,7 @@ func (t *GRPCTransport) handler(ctx context.Context) (Handler, error) {
 	}
 }
 
-func (t *GRPCTransport) checkCluster(ctx context.Context, h Handler) error {
+func (t *PeerTransport) checkCluster(ctx context.Context, h Handler) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get(mdClusterID)
 	if len(vals) == 0 {
@@ -165,30 +203,7 @@ func (t *GRPCTransport) checkCluster(ctx context.Context, h Handler) error {
 	return nil
 }
 
-func (t *GRPCTransport) serveMessages(s grpc.ServerStream) error {
-	h, err := t.handler(s.Context())
-	if err != nil {
-		return err
-	}
-	if err := t.checkCluster(s.Context(), h); err != nil {
-		return err
-	}
-	for {
-		in := &msgBatch{}
-		if err := s.RecvMsg(in); err != nil {
-			if err == io.EOF {
-				return s.SendMsg(&wrapperspb.BytesValue{})
-			}
-			return err // a corrupt batch arrives as a codes.Internal error
-		}
-		t.batchesRecv.Add(1)
-		for _, m := range in.msgs {
-			_ = h.Process(s.Context(), m)
-		}
-	}
-}
-
-func (t *GRPCTransport) serveSnapshot(s grpc.ServerStream) error {
+func (t *PeerTransport) serveSnapshot(s grpc.ServerStream) error {
 	h, err := t.handler(s.Context())
 	if err != nil {
 		return err
@@ -222,7 +237,7 @@ type membersReply struct {
 	Members   []Member `json:"members"`
 }
 
-func (t *GRPCTransport) members() (any, error) {
+func (t *PeerTransport) members() (any, error) {
 	h, err := t.handler(context.Background())
 	if err != nil {
 		return nil, err
@@ -273,7 +288,7 @@ func target(u string) string {
 	return u
 }
 
-func (t *GRPCTransport) dial(urls []string) (*grpc.ClientConn, error) {
+func (t *PeerTransport) dial(urls []string) (*grpc.ClientConn, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("raftnode: peer has no URLs")
 	}
@@ -285,7 +300,7 @@ func (t *GRPCTransport) dial(urls []string) (*grpc.ClientConn, error) {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(t.cfg.MaxMessageBytes)))
 }
 
-func (t *GRPCTransport) outgoing(ctx context.Context) context.Context {
+func (t *PeerTransport) outgoing(ctx context.Context) context.Context {
 	var cid uint64
 	if t.h != nil {
 		cid = t.h.ClusterID()
@@ -293,21 +308,10 @@ func (t *GRPCTransport) outgoing(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, mdClusterID, strconv.FormatUint(cid, 16), mdFrom, strconv.FormatUint(t.id, 16))
 }
 
-type grpcPeer struct {
-	id      uint64
-	urls    []string
-	q       chan *raftpb.Message
-	ctx     context.Context
-	cancel  context.CancelFunc
-	started bool
-	mu      sync.Mutex
-	conn    *grpc.ClientConn
-}
-
 // AddPeer does nothing once Stop has begun: the apply loop can still sync
 // peers (a conf change applied at start-up) while the member stops, and a
 // peer started then would race Stop's wait and never be cancelled.
-func (t *GRPCTransport) AddPeer(id uint64, urls []string) {
+func (t *PeerTransport) AddPeer(id uint64, urls []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	select {
@@ -321,173 +325,105 @@ func (t *GRPCTransport) AddPeer(id uint64, urls []string) {
 		}
 		p.cancel()
 		delete(t.peers, id)
+		t.dropGRPCConn(id)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &grpcPeer{id: id, urls: append([]string(nil), urls...), q: make(chan *raftpb.Message, peerQueueSize), ctx: ctx, cancel: cancel}
+	p := &streamPeer{t: t, id: id, urls: append([]string(nil), urls...), ctx: ctx, cancel: cancel}
 	t.peers[id] = p
 	if t.h != nil {
 		t.startPeer(p)
 	}
 }
 
-// startPeer starts p's sender goroutine; t.mu is held.
-func (t *GRPCTransport) startPeer(p *grpcPeer) {
-	if p.started {
-		return
-	}
-	p.started = true
+// startPeer starts p's dial loop; t.mu is held.
+func (t *PeerTransport) startPeer(p *streamPeer) {
 	t.wg.Add(1)
-	go t.runPeer(p)
+	go p.run()
 }
 
-func (t *GRPCTransport) RemovePeer(id uint64) {
+func (t *PeerTransport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.peers[id]; ok {
 		p.cancel()
 		delete(t.peers, id)
+		t.dropGRPCConn(id)
 	}
 }
 
-func (t *GRPCTransport) Send(msgs []*raftpb.Message) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, m := range msgs {
-		p := t.peers[m.GetTo()]
+// Send writes each peer's messages as frames on its raft stream (or queues
+// them behind a write in progress); it never blocks on a peer.
+func (t *PeerTransport) Send(msgs []*raftpb.Message) {
+	budget := t.cfg.MaxMessageBytes / 2
+	var seenArr [8]uint64
+	var groupArr [16]*raftpb.Message
+	seen := seenArr[:0]
+	for i, m := range msgs {
+		to := m.GetTo()
+		if slices.Contains(seen, to) {
+			continue
+		}
+		seen = append(seen, to)
+		t.mu.Lock()
+		p := t.peers[to]
+		t.mu.Unlock()
 		if p == nil {
 			continue
 		}
-		select {
-		case p.q <- m:
-		default:
-			if t.h != nil {
-				go t.h.ReportUnreachable(p.id)
+		// this peer's messages, in order
+		group := groupArr[:0]
+		for _, n := range msgs[i:] {
+			if n.GetTo() == to {
+				group = append(group, n)
 			}
 		}
+		buf := framePool.Get().(*[]byte)
+		*buf = encodeFrames((*buf)[:0], group, budget)
+		p.send(*buf)
+		framePool.Put(buf)
 	}
 }
 
-func (t *GRPCTransport) peerConn(p *grpcPeer) (*grpc.ClientConn, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.conn != nil {
-		return p.conn, nil
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func (t *PeerTransport) grpcConn(id uint64, urls []string) (*grpc.ClientConn, error) {
+	t.grpcMu.Lock()
+	defer t.grpcMu.Unlock()
+	if c := t.grpcConns[id]; c != nil {
+		return c, nil
 	}
-	c, err := t.dial(p.urls)
+	c, err := t.dial(urls)
 	if err != nil {
 		return nil, err
 	}
-	p.conn = c
+	t.grpcConns[id] = c
 	return c, nil
 }
 
-func (t *GRPCTransport) runPeer(p *grpcPeer) {
-	defer t.wg.Done()
-	defer func() {
-		p.mu.Lock()
-		if p.conn != nil {
-			p.conn.Close()
-		}
-		p.mu.Unlock()
-	}()
-	backoff := initialBackoff
-	for p.ctx.Err() == nil {
-		err := t.streamTo(p)
-		if p.ctx.Err() != nil {
-			return
-		}
-		t.log.Debug("peer stream broken", "peer", fmt.Sprintf("%x", p.id), "err", err)
-		t.h.ReportUnreachable(p.id)
-		// drop what queued up while the peer was unreachable
-		for drained := false; !drained; {
-			select {
-			case <-p.q:
-			default:
-				drained = true
-			}
-		}
-		tm := time.NewTimer(backoff)
-		select {
-		case <-tm.C:
-		case <-p.ctx.Done():
-			tm.Stop()
-			return
-		}
-		backoff = min(backoff*2, maxBackoff)
+// dropGRPCConn closes the snapshot connection to id, if any.
+func (t *PeerTransport) dropGRPCConn(id uint64) {
+	t.grpcMu.Lock()
+	if c := t.grpcConns[id]; c != nil {
+		_ = c.Close()
+		delete(t.grpcConns, id)
 	}
+	t.grpcMu.Unlock()
 }
 
-func (t *GRPCTransport) streamTo(p *grpcPeer) error {
-	conn, err := t.peerConn(p)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(t.outgoing(p.ctx))
-	defer cancel()
-	s, err := conn.NewStream(ctx, &peerServiceDesc.Streams[0], "/"+peerService+"/Message",
-		grpc.CallContentSubtype(peerCodecName))
-	if err != nil {
-		return err
-	}
-	// Each write carries everything queued for the peer (up to a byte
-	// budget well under the receiver's message limit): under load raft
-	// produces appends, responses and heartbeats faster than one stream
-	// write per message can carry them cheaply.
-	budget := t.cfg.MaxMessageBytes / 2
-	batch := &msgBatch{}
-	var carry *raftpb.Message // taken from the queue but over the last batch's budget
-	for {
-		batch.reset()
-		first := carry
-		carry = nil
-		if first == nil {
-			select {
-			case first = <-p.q:
-			case <-p.ctx.Done():
-				return p.ctx.Err()
-			}
-		}
-		batch.add(first)
-		size := batch.sizes[0]
-	drain:
-		for size < budget {
-			select {
-			case m := <-p.q:
-				sz := proto.Size(m)
-				if size+sz > budget {
-					carry = m
-					break drain
-				}
-				size += sz
-				batch.msgs = append(batch.msgs, m)
-				batch.sizes = append(batch.sizes, sz)
-			default:
-				break drain
-			}
-		}
-		if err := s.SendMsg(batch); err != nil {
-			if err == io.EOF {
-				err = s.RecvMsg(&wrapperspb.BytesValue{})
-			}
-			return err
-		}
-	}
-}
-
-func (t *GRPCTransport) SendSnapshot(ctx context.Context, m *raftpb.Message, next SnapshotReader) error {
+func (t *PeerTransport) SendSnapshot(ctx context.Context, m *raftpb.Message, next SnapshotReader) error {
 	t.mu.Lock()
 	p := t.peers[m.GetTo()]
 	t.mu.Unlock()
 	if p == nil {
 		return fmt.Errorf("raftnode: unknown peer %x", m.GetTo())
 	}
-	conn, err := t.peerConn(p)
+	conn, err := t.grpcConn(p.id, p.urls)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(t.outgoing(ctx))
 	defer cancel()
-	s, err := conn.NewStream(ctx, &peerServiceDesc.Streams[1], "/"+peerService+"/Snapshot")
+	s, err := conn.NewStream(ctx, &peerServiceDesc.Streams[0], "/"+peerService+"/Snapshot")
 	if err != nil {
 		return err
 	}
@@ -521,7 +457,7 @@ func (t *GRPCTransport) SendSnapshot(ctx context.Context, m *raftpb.Message, nex
 
 // FetchMembers asks the peers at urls (first that answers) for the cluster
 // ID and member list.
-func (t *GRPCTransport) FetchMembers(ctx context.Context, urls []string) (uint64, []Member, error) {
+func (t *PeerTransport) FetchMembers(ctx context.Context, urls []string) (uint64, []Member, error) {
 	var errs []error
 	for _, u := range urls {
 		conn, err := t.dial([]string{u})
@@ -548,15 +484,25 @@ func (t *GRPCTransport) FetchMembers(ctx context.Context, urls []string) (uint64
 	return 0, nil, errors.Join(append(errs, errors.New("no peer answered"))...)
 }
 
-func (t *GRPCTransport) Stop() {
+func (t *PeerTransport) Stop() {
 	t.once.Do(func() {
 		close(t.stopc)
+		t.cancelCtx()
 		t.mu.Lock()
 		for id, p := range t.peers {
 			p.cancel()
 			delete(t.peers, id)
 		}
+		for c := range t.accepted {
+			_ = c.Close()
+		}
 		t.mu.Unlock()
 		t.wg.Wait()
+		t.grpcMu.Lock()
+		for id, c := range t.grpcConns {
+			_ = c.Close()
+			delete(t.grpcConns, id)
+		}
+		t.grpcMu.Unlock()
 	})
 }
