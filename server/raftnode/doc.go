@@ -40,6 +40,7 @@
 //     index, taken from one Pebble snapshot.
 //
 // Implementation notes:
+//
 //   - Driven by a raft.RawNode that callers step under a mutex (rawNode),
 //     not by raft.Node: raft.Node's own goroutine added a goroutine hand-off
 //     to every proposal, peer message and Ready. Proposals still wait for a
@@ -49,16 +50,20 @@
 //     thesis §10.2.1). Committed entries go to a separate apply goroutine over
 //     a bounded channel; a group containing a conf change is waited for before
 //     Advance so raft never counts votes from removed members.
+//
 //   - Restart replays entries from the last compaction snapshot; the apply
 //     loop skips entries <= the stored applied index but still hands every
 //     conf change to raft (ApplyConfChange), as etcd does.
+//
 //   - Log compaction keeps no snapshot data: the state lives in Pebble. A
 //     MsgSnap is rewritten to the sender's applied index/term/ConfState from
 //     one Pebble snapshot and the state-machine range is streamed in chunks
 //     (etcd's "merged snapshot"). The receiver replaces the range in one
 //     synced batch under the apply lock, calls Reload, then steps the MsgSnap.
+//
 //   - Entries whose data starts with 0xFE are internal (member attribute
 //     publishing) and never reach the StateMachine.
+//
 //   - Member records (JSON) live under storage.PrefixMembers followed by the
 //     id (and the id plus 'r' marks a removed member); conf changes carry
 //     the Member JSON in their context.
