@@ -111,6 +111,7 @@ type PeerTransport struct {
 	// batchesRecv counts raft message batches received (tests: that a
 	// burst travels in fewer stream writes than messages).
 	batchesRecv atomic.Uint64
+	writes      atomic.Uint64 // socket writes of raft streams (tests: combining)
 	stopc       chan struct{}
 	once        sync.Once
 	wg          sync.WaitGroup

@@ -128,13 +128,23 @@ type streamPeer struct {
 	pending []byte          // frames behind a write in progress, for the writer goroutine
 	spare   []byte          // the writer's previous buffer, reused for pending
 	writing bool            // the writer goroutine owns writes until pending drains
+	direct  bool            // a sender is writing pending itself (send)
 	wake    chan struct{}   // the current connection's writer: pending has data
 	down    bool            // unreachable already reported since the last connection
 	full    bool            // the backlog overflowed and was logged; cleared when it drains
 }
 
 // send writes or queues one or more frames; it never blocks on the peer.
+//
+// The first caller to find the stream idle writes itself, outside the
+// lock, then also writes whatever other callers queued meanwhile (a
+// follower forwarding many clients' proposals at once then makes one
+// write for all of them); a socket that takes less than offered hands the
+// rest to the writer goroutine, which alone may block.
 func (p *streamPeer) send(frames []byte) {
+	if len(frames) == 0 {
+		return
+	}
 	p.mu.Lock()
 	switch {
 	case p.conn == nil:
@@ -145,7 +155,7 @@ func (p *streamPeer) send(frames []byte) {
 			p.t.reportUnreachable(p.id)
 		}
 		return
-	case p.writing:
+	case p.writing || p.direct:
 		if len(p.pending)+len(frames) > streamMaxPending {
 			warn := !p.full
 			p.full = true
@@ -159,26 +169,70 @@ func (p *streamPeer) send(frames []byte) {
 		p.pending = append(p.pending, frames...)
 		p.mu.Unlock()
 		return
+	case p.raw == nil: // TLS: only the writer goroutine writes
+		p.pending = append(p.pending, frames...)
+		p.startWriterLocked()
+		p.mu.Unlock()
+		return
 	}
-	if p.raw != nil {
-		n, err := writeNow(p.raw, frames)
-		if err != nil {
+	conn, raw := p.conn, p.raw
+	p.direct = true
+	p.mu.Unlock()
+	buf := frames // the caller's until we return; then p.spare's
+	for {
+		n, err := writeNow(raw, buf)
+		p.t.writes.Add(1)
+		p.mu.Lock()
+		switch {
+		case p.conn != conn: // broken meanwhile; the dial loop redials
+			p.direct = false
+			p.mu.Unlock()
+			return
+		case err != nil:
+			p.direct = false
 			p.breakLocked(err)
 			p.mu.Unlock()
 			return
-		}
-		if frames = frames[n:]; len(frames) == 0 {
+		case n < len(buf): // the socket is full: the rest goes first
+			rest := append(p.spare[:0], buf[n:]...)
+			p.spare = nil
+			p.pending, rest = append(rest, p.pending...), p.pending
+			if &buf[0] != &frames[0] {
+				p.spare = buf[:0]
+			} else if rest != nil {
+				p.spare = rest[:0]
+			}
+			p.direct = false
+			p.startWriterLocked()
+			p.mu.Unlock()
+			return
+		case len(p.pending) == 0:
+			if &buf[0] != &frames[0] {
+				p.spare = buf[:0]
+			}
+			p.direct = false
 			p.mu.Unlock()
 			return
 		}
+		next := p.pending
+		if &buf[0] != &frames[0] {
+			p.pending = buf[:0]
+		} else {
+			p.pending = p.spare[:0]
+			p.spare = nil
+		}
+		buf = next
+		p.mu.Unlock()
 	}
-	p.pending = append(p.pending, frames...)
+}
+
+// startWriterLocked hands pending to the writer goroutine. p.mu is held.
+func (p *streamPeer) startWriterLocked() {
 	p.writing = true
 	select {
 	case p.wake <- struct{}{}:
 	default:
 	}
-	p.mu.Unlock()
 }
 
 // breakLocked drops the current connection; the dial loop notices and
@@ -189,7 +243,7 @@ func (p *streamPeer) breakLocked(err error) {
 	}
 	p.t.log.Debug("raft stream broken", "peer", fmt.Sprintf("%x", p.id), "err", err)
 	_ = p.conn.Close()
-	p.conn, p.raw, p.pending, p.writing = nil, nil, nil, false
+	p.conn, p.raw, p.pending, p.writing, p.direct = nil, nil, nil, false, false
 }
 
 // writeLoop drains pending for one connection with blocking writes.
@@ -217,6 +271,7 @@ func (p *streamPeer) writeLoop(conn net.Conn, wake <-chan struct{}) {
 			p.mu.Unlock()
 			_ = conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 			_, err := conn.Write(buf)
+			p.t.writes.Add(1)
 			// writeNow bypasses deadlines but fails once one has passed
 			_ = conn.SetWriteDeadline(time.Time{})
 			p.mu.Lock()
@@ -260,7 +315,7 @@ func (p *streamPeer) run() {
 		backoff = initialBackoff
 		wake := make(chan struct{}, 1)
 		p.mu.Lock()
-		p.conn, p.wake, p.down, p.pending, p.writing = conn, wake, false, nil, false
+		p.conn, p.wake, p.down, p.pending, p.writing, p.direct = conn, wake, false, nil, false, false
 		if tc, ok := conn.(*net.TCPConn); ok {
 			p.raw, _ = tc.SyscallConn()
 		}
