@@ -19,7 +19,9 @@
 //     names in use are persisted under storage.PrefixLock with their lock-delay
 //     and running-delay epoch; queues are rebuilt from the mvcc store by
 //     New/Reload. A lock with no keys, no delay and no explicit registration is
-//     forgotten.
+//     idle: it stays registered until more than idleMax (1,024) locks are
+//     idle, then the smallest idle names are forgotten. The idle set follows
+//     from replicated state alone, so restarted members forget alike.
 //   - Lock-delay: when an owner's lease expires and the lock has a delay, apply
 //     records the raft index (epoch) and grants nobody; the leader's
 //     DelayScheduler waits the delay on its monotonic clock and proposes

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/google/btree"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -125,6 +126,9 @@ type queue struct {
 	sticky     bool   // registered explicitly (Observe): kept while empty
 }
 
+// idle: nothing keeps the lock registered but recent use.
+func (q *queue) idle() bool { return q.head == nil && q.delayMs == 0 && q.blocked == 0 && !q.sticky }
+
 func (q *queue) push(e *entry) {
 	e.prev = q.tail
 	if q.tail != nil {
@@ -181,6 +185,17 @@ type Machine struct {
 	emptyCap int
 	ranges   atomic.Uint64 // queue reads from the store (tests)
 
+	// idle holds the names of registered locks with no key, no lock-delay
+	// and no explicit registration. They stay registered (their record
+	// stays in the store) until more than idleMax are idle; then the
+	// smallest names are forgotten. A lock taken and released over and
+	// over is then registered once instead of once per cycle (a record
+	// write on every acquire and a delete on every release). The set
+	// follows from replicated state alone (records and keys), so every
+	// member, restarted or not, forgets the same locks at the same entry.
+	idle    *btree.BTreeG[string]
+	idleMax int
+
 	waiters map[string]map[*Waiter]struct{}
 	subs    map[string]map[*Sub]struct{}
 	onDelay func(Note)
@@ -193,7 +208,8 @@ func New(db storage.Iterable, kv *mvcc.Store, lg *slog.Logger) (*Machine, error)
 	if lg == nil {
 		lg = slog.Default()
 	}
-	m := &Machine{kv: kv, db: db, lg: lg, empty: map[string]struct{}{}, emptyCap: emptyCacheMax, waiters: map[string]map[*Waiter]struct{}{}, subs: map[string]map[*Sub]struct{}{}}
+	m := &Machine{kv: kv, db: db, lg: lg, empty: map[string]struct{}{}, emptyCap: emptyCacheMax, idleMax: idleMax,
+		waiters: map[string]map[*Waiter]struct{}{}, subs: map[string]map[*Sub]struct{}{}}
 	return m, m.Reload()
 }
 
@@ -230,13 +246,23 @@ func (m *Machine) Reload() error {
 		return err
 	}
 	m.locks = locks
+	m.idle = btree.NewG(16, func(a, b string) bool { return a < b })
+	for name, q := range locks {
+		if q.idle() {
+			m.idle.ReplaceOrInsert(name)
+		}
+	}
 	clear(m.empty)
+	m.dirty = m.dirty[:0]
 	return nil
 }
 
 // emptyCacheMax bounds Machine.empty; when full it is cleared (a miss only
 // costs the range read).
 const emptyCacheMax = 16384
+
+// idleMax bounds the idle locks kept registered (Machine.idle).
+const idleMax = 1024
 
 func prefixEnd(name string) []byte {
 	e := []byte(name + "/")
@@ -364,22 +390,37 @@ func (m *Machine) markDirty(q *queue) {
 	}
 }
 
-// settle grants every dirty lock that has no owner to its oldest key.
+// settle grants every dirty lock that has no owner to its oldest key, keeps
+// the idle set current and forgets the idle locks over idleMax.
 func (m *Machine) settle(rev int64) {
 	for _, q := range m.dirty {
 		m.grant(q, rev)
-		if q.head == nil && q.delayMs == 0 && q.blocked == 0 && !q.sticky {
-			delete(m.locks, q.name)
-			if len(m.empty) >= m.emptyCap {
-				clear(m.empty)
-			}
-			m.empty[q.name] = struct{}{}
-			if err := m.b.Delete(recordKey(q.name), nil); err != nil {
-				panic(fmt.Sprintf("tenure: lock: stage record: %v", err))
-			}
+		if m.locks[q.name] != q {
+			continue // forgotten since it was marked
+		}
+		if q.idle() {
+			m.idle.ReplaceOrInsert(q.name)
+		} else {
+			m.idle.Delete(q.name)
 		}
 	}
 	m.dirty = m.dirty[:0]
+	for m.idle.Len() > m.idleMax {
+		name, _ := m.idle.DeleteMin()
+		m.forget(name)
+	}
+}
+
+// forget unregisters an idle lock and remembers it as empty.
+func (m *Machine) forget(name string) {
+	delete(m.locks, name)
+	if len(m.empty) >= m.emptyCap {
+		clear(m.empty)
+	}
+	m.empty[name] = struct{}{}
+	if err := m.b.Delete(recordKey(name), nil); err != nil {
+		panic(fmt.Sprintf("tenure: lock: stage record: %v", err))
+	}
 }
 
 func (m *Machine) grant(q *queue, rev int64) {
@@ -413,6 +454,7 @@ func (m *Machine) ensure(env Env, name string) *queue {
 	}
 	m.locks[name] = q
 	m.persist(q)
+	m.markDirty(q) // its idleness is settled with the entry's next txn
 	return q
 }
 
@@ -451,6 +493,8 @@ func (m *Machine) Apply(env Env, payload []byte) (uint64, any, error) {
 			q.sticky = true
 			m.persist(q)
 		}
+		m.markDirty(q)
+		m.settle(m.kvRev())
 		return op.ReqID, m.result(q, nil), nil
 	case OpSetDelay:
 		if op.DelayMs < 0 || op.DelayMs > MaxDelayMs {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -388,12 +389,87 @@ func TestReloadRebuildsQueues(t *testing.T) {
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("reload changed state:\n%+v\n%+v", before, after)
 	}
-	// Empty locks without a delay are forgotten (no unbounded registry).
+	// Empty locks without a delay are forgotten past the idle cap (no
+	// unbounded registry).
+	h.m.idleMax = 0
 	h.del(KeyFor([]byte("r"), 2))
 	h.endLease(4, CauseLeaseRevoked)
 	h.endLease(5, CauseLeaseExpired)
 	if st := h.m.Get("r", 0); st.Known {
 		t.Fatalf("empty lock still registered: %+v", st)
+	}
+}
+
+// registered lists the names the machine tracks.
+func (h *harness) registered() []string {
+	h.m.mu.Lock()
+	defer h.m.mu.Unlock()
+	var names []string
+	for n := range h.m.locks {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Idle locks (no key, no delay) stay registered up to the cap: a lock taken
+// and released again is neither re-read nor re-registered. Past the cap the
+// smallest names are forgotten, and a member that restarts rebuilds the
+// same registry from the store (records and keys), so all members keep
+// forgetting the same locks at the same entries.
+func TestIdleLocksStayRegisteredUpToTheCap(t *testing.T) {
+	h := newHarness(t)
+	h.m.idleMax = 3
+	h.grant(0x1)
+	for _, name := range []string{"l4", "l1", "l5", "l0", "l3", "l2"} {
+		r := h.acquire(name, 0x1)
+		if !r.Granted {
+			t.Fatalf("%s not granted", name)
+		}
+		h.del(r.Key)
+		if n := len(h.registered()); n > 3 {
+			t.Fatalf("%d idle locks registered, cap 3", n)
+		}
+	}
+	if got, want := fmt.Sprint(h.registered()), "[l3 l4 l5]"; got != want {
+		t.Fatalf("registered %s, want %s (the smallest names forgotten first)", got, want)
+	}
+	reads := h.m.ranges.Load()
+	for i := 0; i < 3; i++ {
+		r := h.acquire("l4", 0x1)
+		if !r.Granted {
+			t.Fatalf("cycle %d: idle lock not granted", i)
+		}
+		h.del(r.Key)
+	}
+	if n := h.m.ranges.Load(); n != reads {
+		t.Fatalf("an idle registered lock was read from the store %d times", n-reads)
+	}
+
+	before := h.registered()
+	h.reopen()
+	h.m.idleMax = 3
+	if after := h.registered(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("restart rebuilt registry %v, running member had %v", after, before)
+	}
+	// Both go on evicting alike: one more idle lock forgets l3.
+	r := h.acquire("l9", 0x1)
+	h.del(r.Key)
+	if got, want := fmt.Sprint(h.registered()), "[l4 l5 l9]"; got != want {
+		t.Fatalf("after restart registered %s, want %s", got, want)
+	}
+	// A lock with keys is never evicted, however small its name.
+	h.grant(0x2)
+	h.acquire("a", 0x2)
+	for _, name := range []string{"m1", "m2", "m3", "m4"} {
+		r := h.acquire(name, 0x1)
+		h.del(r.Key)
+	}
+	if o := h.owner("a"); o.Key != KeyFor([]byte("a"), 0x2) {
+		t.Fatalf("held lock lost its owner %+v after idle evictions", o)
+	}
+	if reg := h.registered(); !slices.Contains(reg, "a") {
+		t.Fatalf("held lock a evicted: %v", reg)
 	}
 }
 
@@ -432,6 +508,7 @@ func (pebbleQuiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
 // (a plain-KV Mutex key) drops that knowledge, and the queue is read again.
 func TestForgottenLockSkipsQueueReadUntilAPutUnderIt(t *testing.T) {
 	h := newHarness(t)
+	h.m.idleMax = 0 // forget a lock as soon as its last key goes
 	h.grant(0x1, 0x2)
 	name := "idle"
 	for i := 0; i < 3; i++ {
@@ -475,6 +552,7 @@ func TestForgottenLockSkipsQueueReadUntilAPutUnderIt(t *testing.T) {
 func TestEmptyLockCacheIsBounded(t *testing.T) {
 	h := newHarness(t)
 	h.m.emptyCap = 4
+	h.m.idleMax = 0
 	h.grant(0x1)
 	for i := 0; i < 10; i++ {
 		r := h.acquire(fmt.Sprintf("l%d", i), 0x1)
