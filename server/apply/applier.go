@@ -458,6 +458,13 @@ func (a *Applier) currentRev() int64 {
 }
 
 // Committed implements raftnode.StateMachine: the batch is in the store.
+// SealBatch records the batch's latest revision (raftnode.BatchSealer).
+func (a *Applier) SealBatch(b *pebble.Batch) {
+	if err := a.kv.Seal(b); err != nil {
+		panic(fmt.Sprintf("tenure: apply: record the current revision: %v", err))
+	}
+}
+
 func (a *Applier) Committed() {
 	// Publish even when the revision did not move: a compaction is staged
 	// without a new revision and becomes visible here.

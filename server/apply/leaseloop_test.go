@@ -64,6 +64,7 @@ func (h *applyHarness) apply(data []byte) {
 	b := h.a.db.NewIndexedBatch()
 	defer b.Close()
 	h.a.ApplyEntry(b, h.index, 1, data)
+	h.a.SealBatch(b)
 	if err := b.Commit(nil); err != nil {
 		h.t.Fatal(err)
 	}

@@ -100,6 +100,9 @@ func (h *harness) entry(fn func(e henv)) {
 	h.index++
 	h.m.BeginEntry(b, h.index)
 	fn(henv{h, b})
+	if err := h.kv.Seal(b); err != nil {
+		h.t.Fatal(err)
+	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		h.t.Fatal(err)
 	}

@@ -12,8 +12,9 @@
 //   - storage.KeyCurrentRev / KeyCompactRev / KeyCompactDone: revisions.
 //
 // Concurrency: exactly one writer (the apply goroutine) stages changes into a
-// caller-owned Pebble batch through Begin/…/End, then — after the caller has
-// committed the batch — calls Publish, which makes the revision visible.
+// caller-owned Pebble batch through Begin/…/End, records the batch's latest
+// revision with Seal (once per batch), then — after the caller has committed
+// the batch — calls Publish, which makes the revision visible.
 // Readers run concurrently on Pebble iterators, which are point-in-time
 // consistent, and never see an unpublished revision.
 //
@@ -52,6 +53,7 @@
 // Errors: ErrCompacted, ErrFutureRev, ErrKeyNotFound (ignore_value /
 // ignore_lease on a missing key), ErrLeaseNotFound — all detected before
 // anything is written to the batch. Any other error from a Txn method may
-// leave partial writes: drop the batch and call Abandon. DeleteKeys and End
-// panic on storage failure (the apply loop cannot continue after one).
+// leave partial writes: drop the batch and call Abandon. DeleteKeys panics
+// on storage failure (the apply loop cannot continue after one); Publish
+// panics for a revision no Seal recorded.
 package mvcc

@@ -80,6 +80,9 @@ func BenchmarkPut(b *testing.B) {
 			}
 			rev, _ = tx.End()
 		}
+		if err := e.s.Seal(batch); err != nil {
+			b.Fatal(err)
+		}
 		if err := batch.Commit(pebble.NoSync); err != nil {
 			b.Fatal(err)
 		}
@@ -101,6 +104,9 @@ func BenchmarkRange(b *testing.B) {
 			}
 			rev, _ = tx.End()
 		}
+	}
+	if err := e.s.Seal(batch); err != nil {
+		b.Fatal(err)
 	}
 	if err := batch.Commit(pebble.NoSync); err != nil {
 		b.Fatal(err)
@@ -149,6 +155,9 @@ func BenchmarkLockQueueRange(b *testing.B) {
 		tx := e.s.Begin(batch, nil)
 		f(tx)
 		rev, _ = tx.End()
+		if err := e.s.Seal(batch); err != nil {
+			b.Fatal(err)
+		}
 		if err := batch.Commit(pebble.NoSync); err != nil {
 			b.Fatal(err)
 		}

@@ -90,6 +90,9 @@ func (e *env) apply(fn func(tx *Txn) error) (int64, []*mvccpb.Event, error) {
 	tx := e.s.Begin(b, e.leases)
 	err := fn(tx)
 	rev, evs := tx.End()
+	if err := e.s.Seal(b); err != nil {
+		e.t.Fatal(err)
+	}
 	if cerr := b.Commit(pebble.NoSync); cerr != nil {
 		e.t.Fatal(cerr)
 	}

@@ -24,6 +24,9 @@ func TestLatestIndexDefersPreviousValues(t *testing.T) {
 		t.Fatal(err)
 	}
 	rev, evs := tx.End()
+	if err := e.s.Seal(b); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Commit(nil); err != nil {
 		t.Fatal(err)
 	}

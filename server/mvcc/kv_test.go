@@ -56,6 +56,14 @@ func TestRevisions(t *testing.T) {
 	if rev, evs := tx.End(); rev != 5 || evs != nil {
 		t.Fatalf("empty txn End = %d %v, want 5 nil", rev, evs)
 	}
+	// Two changes of two records each (version, revision log), then one
+	// current-revision record for the whole batch.
+	if err := e.s.Seal(b); err != nil {
+		t.Fatal(err)
+	}
+	if n := b.Count(); n != 5 {
+		t.Fatalf("batch holds %d records, want 5 (one current-revision record per batch)", n)
+	}
 	if err := b.Commit(pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +80,32 @@ func TestRevisions(t *testing.T) {
 	if got := e.s.Rev(); got != 5 {
 		t.Fatalf("Rev = %d", got)
 	}
+	e.reopen()
+	if got := e.s.Rev(); got != 5 {
+		t.Fatalf("after reopen Rev = %d, want the sealed 5", got)
+	}
+}
+
+// Publishing a revision that no batch recorded panics: a restart would go
+// back to an older revision.
+func TestPublishWithoutSealPanics(t *testing.T) {
+	e := newEnv(t)
+	b := e.db.NewIndexedBatch()
+	defer b.Close()
+	tx := e.s.Begin(b, nil)
+	if _, err := tx.Put(&pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := tx.End()
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Publish of an unsealed revision did not panic")
+		}
+	}()
+	e.s.Publish(rev)
 }
 
 func TestAbandon(t *testing.T) {

@@ -61,6 +61,7 @@ type Store struct {
 	// writer-only state
 	index         *btree.BTreeG[indexItem] // live key → newest version (see index.go)
 	staged        int64                    // latest revision staged into a batch (>= rev)
+	sealed        int64                    // latest revision recorded in a batch by Seal (<= staged)
 	stagedCompact int64                    // latest compaction revision staged (>= compactRev)
 
 	mu          sync.Mutex
@@ -106,7 +107,7 @@ func (s *Store) load() error {
 		cur = 1
 	}
 	s.rev.Store(int64(cur))
-	s.staged = int64(cur)
+	s.staged, s.sealed = int64(cur), int64(cur)
 	s.compactRev.Store(int64(comp))
 	s.stagedCompact = int64(comp)
 	s.setDone(int64(done), true)
@@ -152,16 +153,36 @@ func (s *Store) Close() {
 // Begin/End wrote into is dropped instead of committed.
 func (s *Store) Abandon() {
 	s.staged = s.rev.Load()
+	s.sealed = s.staged
 	s.stagedCompact = s.compactRev.Load()
 	if err := s.buildIndex(); err != nil {
 		panic(fmt.Sprintf("tenure: mvcc: rebuilding the key index: %v", err))
 	}
 }
 
+// Seal records the latest staged revision in b (storage.KeyCurrentRev),
+// once for all the txns staged into b since the last Seal: call it after
+// the batch's last End and before committing it. One record per batch
+// instead of one per txn spares the memtable an insert per txn.
+func (s *Store) Seal(b *pebble.Batch) error {
+	if s.staged == s.sealed {
+		return nil
+	}
+	if err := storage.SetU64(b, storage.KeyCurrentRev, uint64(s.staged)); err != nil {
+		return err
+	}
+	s.sealed = s.staged
+	return nil
+}
+
 // Publish makes rev visible to readers. Call it after committing the batch
-// (or batches) that staged rev. It also publishes and starts any staged
-// compaction.
+// (or batches) that staged and sealed rev. It also publishes and starts any
+// staged compaction. Publishing a revision no batch recorded (a missing
+// Seal) panics: a restart would have gone back to an older revision.
 func (s *Store) Publish(rev int64) {
+	if rev > s.sealed {
+		panic(fmt.Sprintf("tenure: mvcc: publishing revision %d, but only %d was sealed into a batch", rev, s.sealed))
+	}
 	if rev > s.rev.Load() {
 		s.rev.Store(rev)
 	}

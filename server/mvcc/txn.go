@@ -313,10 +313,9 @@ func (t *Txn) Compact(rev int64) error {
 	return nil
 }
 
-// End finishes the txn. If anything changed it assigns the next revision,
-// records it in the batch and returns it with the events (Kv and PrevKv
-// filled). Otherwise it returns the latest staged revision and nil.
-// A failure to stage the revision in the batch panics (see DeleteKeys).
+// End finishes the txn. If anything changed it assigns the next revision
+// and returns it with the events (Kv and PrevKv filled); Store.Seal records
+// it in the batch. Otherwise it returns the latest staged revision and nil.
 func (t *Txn) End() (int64, []*mvccpb.Event) {
 	if t.it != nil {
 		t.it.Close()
@@ -326,9 +325,6 @@ func (t *Txn) End() (int64, []*mvccpb.Event) {
 		return t.s.staged, nil
 	}
 	rev := t.base + 1
-	if err := storage.SetU64(t.b, storage.KeyCurrentRev, uint64(rev)); err != nil {
-		panic(fmt.Sprintf("tenure: mvcc: stage current revision: %v", err))
-	}
 	t.s.staged = rev
 	evs := t.events
 	t.events = nil

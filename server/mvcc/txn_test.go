@@ -283,6 +283,9 @@ func TestCompactionResumesAfterCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx.End()
+	if err := e.s.Seal(b); err != nil {
+		t.Fatal(err)
+	}
 	if err := b.Commit(nil); err != nil {
 		t.Fatal(err)
 	}

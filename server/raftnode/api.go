@@ -39,6 +39,14 @@ type StateMachine interface {
 	Reload() error
 }
 
+// BatchSealer is optionally implemented by a StateMachine: SealBatch is
+// called once per apply batch, after its last ApplyEntry and before the
+// batch is committed, so that per-batch records (the current revision) are
+// written once instead of once per entry.
+type BatchSealer interface {
+	SealBatch(b *pebble.Batch)
+}
+
 // ProposalAbsorber is optionally implemented by a StateMachine. On the
 // leader, each normal entry of a proposal forwarded by a follower is offered
 // to AbsorbProposal before raft sees it; an entry it absorbs (returns true

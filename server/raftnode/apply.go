@@ -133,6 +133,9 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 		b = n.db.NewIndexedBatch()
 	}
 	defer b.Close()
+	if sealer, ok := n.sm.(BatchSealer); ok && smTouched {
+		sealer.SealBatch(b)
+	}
 	_ = storage.SetU64(b, storage.KeyAppliedIndex, last)
 	_ = storage.SetU64(b, storage.KeyAppliedTerm, term)
 	failpoint.Hit(failpoint.ApplyBeforeCommit)
