@@ -1,7 +1,6 @@
 package raftnode
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +33,7 @@ type deferQueue struct {
 	mu    sync.Mutex
 	ents  []*raftpb.Entry
 	armed bool          // a linger timer is pending for ents
+	flush bool          // the linger passed: step ents even alone
 	held  atomic.Uint64 // proposals ever deferred (metrics)
 }
 
@@ -55,41 +55,36 @@ func (n *Node) deferEntry(data []byte) {
 	}
 }
 
-// flushDeferred proposes whatever waited a whole linger without company.
-// Raft drops the proposal if this member stopped leading (or forwards it
-// to a known leader); the proposers then time out as for any lost entry.
+// flushDeferred has the Ready loop propose whatever waited a whole linger
+// without company. Raft drops the proposal if this member stopped leading
+// (or forwards it to a known leader); the proposers then time out as for
+// any lost entry.
 func (n *Node) flushDeferred() {
 	n.deferred.mu.Lock()
-	defer n.deferred.mu.Unlock()
 	n.deferred.armed = false
-	ents := n.deferred.ents
-	n.deferred.ents = nil
-	if len(ents) == 0 || !n.started.Load() {
-		return
-	}
-	timeout := n.cfg.TickInterval * time.Duration(n.cfg.ElectionTicks)
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	_ = n.rn.Step(ctx, &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: ents})
+	n.deferred.flush = true
+	n.deferred.mu.Unlock()
+	n.rn.poke()
 }
 
-// proposeWithDeferred hands ents to raft behind every deferred entry, in
-// one message, and reports whether anything was waiting (false: nothing
-// done, the caller proposes ents as usual). Deferred entries go first: they
-// arrived first, and an acquire that found its lock free must not overtake
-// one that was deferred while the lock was held.
-func (n *Node) proposeWithDeferred(ctx context.Context, ents []*raftpb.Entry) (bool, error) {
+// takeDeferred removes and returns the deferred entries when they should
+// be stepped now: with company (more is true) or after their linger. The
+// caller steps them ahead of that company: they arrived first, and an
+// acquire that found its lock free must not overtake one that was deferred
+// while the lock was held.
+func (n *Node) takeDeferred(more bool) []*raftpb.Entry {
 	if n.deferrer == nil {
-		return false, nil
+		return nil
 	}
 	n.deferred.mu.Lock()
 	defer n.deferred.mu.Unlock()
-	if len(n.deferred.ents) == 0 {
-		return false, nil
+	if !more && !n.deferred.flush {
+		return nil
 	}
-	all := append(n.deferred.ents, ents...)
+	n.deferred.flush = false
+	ents := n.deferred.ents
 	n.deferred.ents = nil
-	return true, n.rn.Step(ctx, &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: all})
+	return ents
 }
 
 // deferForwarded moves the deferrable entries of a forwarded proposal to

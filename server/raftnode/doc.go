@@ -26,6 +26,11 @@
 //   - On the leader, proposals forwarded by followers are first offered to a
 //     StateMachine that implements ProposalAbsorber (renewal batches are
 //     merged into the leader's own).
+//   - On the leader, proposals (local or forwarded) wait in a buffer that the
+//     Ready loop steps as one MsgProp before it takes each Ready, so raft
+//     sends each follower one append per Ready, not one per proposal. The
+//     Ready loop alone steps the leader's proposals: their order is their
+//     arrival order. A local proposer learns raft's verdict (dropped, …).
 //   - On the leader, a proposal that a StateMachine implementing
 //     ProposalDeferrer calls deferrable (local or forwarded) waits for the
 //     next other proposal and goes to raft in the same message, after the

@@ -40,6 +40,7 @@ type Node struct {
 
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
 	deferred deferQueue       // the leader's deferred proposals (defer.go)
+	props    propBuffer       // the leader's proposals, stepped once per Ready (propbuf.go)
 
 	clusterID atomic.Uint64
 	lastIndex uint64 // last raft log index on disk; Ready loop only
@@ -427,6 +428,7 @@ func (n *Node) readyLoop() {
 			return
 		}
 		for {
+			n.stepProposals()
 			rd, ok := n.rn.ready()
 			if !ok {
 				break
@@ -689,8 +691,8 @@ func (n *Node) Propose(ctx context.Context, data []byte) error {
 		n.deferEntry(data)
 		return nil
 	}
-	if done, err := n.proposeWithDeferred(ctx, []*raftpb.Entry{{Data: data}}); done {
-		return n.mapErr(ctx, err)
+	if n.isLeader.Load() {
+		return n.mapErr(ctx, n.bufferProposal(ctx, &raftpb.Entry{Data: data}))
 	}
 	return n.mapErr(ctx, n.rn.Propose(ctx, data))
 }
@@ -761,12 +763,25 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 		return ErrStopped
 	}
 	if m.GetType() == raftpb.MsgProp {
-		// A forwarded proposal blocks in raft until this member knows a
-		// leader. It must never hold up the peer stream it came on: the
+		// On the leader a forwarded proposal joins the proposal buffer
+		// (after the absorber and the deferrer had their pick): nothing
+		// there waits. Elsewhere it blocks in raft until this member knows
+		// a leader, and must never hold up the peer stream it came on (the
 		// heartbeats and appends queued behind it are what tell this member
-		// who the leader is. Hand it to the forwarder; drop it when the
+		// who the leader is): hand it to the forwarder, or drop it when the
 		// forwarder is full (the proposer's client times out and retries,
 		// exactly as when raft itself drops a proposal).
+		if n.isLeader.Load() {
+			if m = n.absorb(m); m == nil {
+				return nil
+			}
+			if m = n.deferForwarded(m); m == nil {
+				return nil
+			}
+			n.props.add(m.GetEntries()...)
+			n.rn.poke()
+			return nil
+		}
 		select {
 		case n.fwdPropc <- m:
 		default:
@@ -790,10 +805,13 @@ func (n *Node) forwardLoop() {
 			if m = n.deferForwarded(m); m == nil {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			if done, _ := n.proposeWithDeferred(ctx, m.GetEntries()); !done {
-				_ = n.rn.Step(ctx, m)
+			if n.isLeader.Load() { // became leader while it waited here
+				n.props.add(m.GetEntries()...)
+				n.rn.poke()
+				continue
 			}
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_ = n.rn.Step(ctx, m)
 			cancel()
 		case <-n.stopc:
 			return

@@ -130,6 +130,22 @@ func (r *rawNode) propose(ctx context.Context, m *raftpb.Message) error {
 	}
 }
 
+// stepProposal steps a proposal without waiting for a leader: with none
+// known it is dropped (raft.ErrProposalDropped). For the Ready loop, which
+// must never wait here.
+func (r *rawNode) stepProposal(m *raftpb.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return raft.ErrStopped
+	}
+	if r.lead == raft.None {
+		return raft.ErrProposalDropped
+	}
+	m.From = new(r.id)
+	return r.rn.Step(m)
+}
+
 // ApplyConfChange applies even after stop: the apply loop persists the
 // ConfState it returns, which must be the real one.
 func (r *rawNode) ApplyConfChange(cc raftpb.ConfChangeI) *raftpb.ConfState {
