@@ -73,11 +73,20 @@ func (n *nativeService) Unlock(ctx context.Context, r *tenurev1.UnlockRequest) (
 	if r.Lease == 0 {
 		return nil, ToGRPC(lock.ErrLeaseRequired)
 	}
-	tr, err := n.l.deleteAt(ctx, lock.KeyFor(r.Name, r.Lease), r.Token)
-	if err != nil {
+	if err := n.l.s.requireLeader(ctx); err != nil {
 		return nil, err
 	}
-	return &tenurev1.UnlockResponse{Header: n.hdr(tr.Header.GetRevision()), Released: tr.Succeeded}, nil
+	// A lock op of its own rather than an etcd Txn (compare the create
+	// revision, then delete): the same check and delete, without the Txn
+	// request and response to encode, decode and apply on every member.
+	pctx, cancel := n.l.s.timeout(ctx)
+	res := n.l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpRelease, Name: r.Name, Lease: r.Lease, Epoch: uint64(r.Token)})
+	cancel()
+	if res.Err != nil {
+		return nil, ToGRPC(res.Err)
+	}
+	rr := res.Lock.(*lock.ReleaseResult)
+	return &tenurev1.UnlockResponse{Header: n.hdr(rr.Rev), Released: rr.Released}, nil
 }
 
 // state returns the lock's state after a linearizable barrier; a lock the

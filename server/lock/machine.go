@@ -90,6 +90,12 @@ type Owner struct {
 	Lease int64
 }
 
+// ReleaseResult is the outcome of OpRelease.
+type ReleaseResult struct {
+	Released bool  // the key held the token and is gone
+	Rev      int64 // the revision of the delete, or the current one
+}
+
 // AcquireResult is the outcome of OpAcquire.
 type AcquireResult struct {
 	Key     string
@@ -506,6 +512,8 @@ func (m *Machine) Apply(env Env, payload []byte) (uint64, any, error) {
 		m.markDirty(q)
 		m.settle(m.kvRev())
 		return op.ReqID, m.result(q, nil), nil
+	case OpRelease:
+		return op.ReqID, m.release(env, op), nil
 	case OpEndDelay:
 		q := m.locks[name]
 		if q == nil || q.blocked == 0 || q.blocked != op.Epoch {
@@ -559,6 +567,25 @@ func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) 
 		e = q.byKey[key]
 	}
 	return m.result(q, e), nil
+}
+
+// release deletes the op's key if its create revision is the token
+// (op.Epoch); the hand-off to the next waiter happens in the same apply
+// (Observe). The key is looked up through mvcc, so a lock the machine does
+// not track (plain-KV users only) is released the same way.
+func (m *Machine) release(env Env, op *Op) *ReleaseResult {
+	key := []byte(KeyFor(op.Name, op.Lease))
+	t := env.Begin()
+	r, err := t.Range(&pb.RangeRequest{Key: key, KeysOnly: true})
+	held := err == nil && len(r.Kvs) == 1 && r.Kvs[0].CreateRevision == int64(op.Epoch) && op.Epoch != 0
+	if held {
+		_, err = t.DeleteRange(&pb.DeleteRangeRequest{Key: key})
+		held = err == nil
+	}
+	m.mu.Unlock()
+	rev := env.End(t) // Observe runs here (it takes m.mu)
+	m.mu.Lock()
+	return &ReleaseResult{Released: held, Rev: rev}
 }
 
 func (m *Machine) result(q *queue, e *entry) *AcquireResult {

@@ -171,6 +171,59 @@ func (h *harness) endLease(id int64, c Cause) {
 
 func (h *harness) owner(name string) Owner { return h.m.Get(name, 0).Owner }
 
+func (h *harness) release(name string, lease, token int64) *ReleaseResult {
+	h.t.Helper()
+	var res any
+	var err error
+	h.entry(func(e henv) {
+		_, res, err = h.m.Apply(e, (&Op{Kind: OpRelease, Name: []byte(name), Lease: lease, Epoch: uint64(token)}).Marshal())
+	})
+	if err != nil {
+		h.t.Fatalf("release %s %x: %v", name, lease, err)
+	}
+	return res.(*ReleaseResult)
+}
+
+// OpRelease deletes the key only at its token, and the next waiter is
+// granted in the same apply; a wrong or zero token changes nothing; a lock
+// the machine does not track (plain-KV keys only) is released alike.
+func TestReleaseAtToken(t *testing.T) {
+	h := newHarness(t)
+	h.grant(0x1, 0x2)
+	a := h.acquire("r", 0x1)
+	b := h.acquire("r", 0x2)
+	w := h.m.WaitKey(b.Key)
+	defer w.Close()
+	for _, tok := range []int64{0, a.Token - 1, a.Token + 1, b.Token} {
+		if r := h.release("r", 0x1, tok); r.Released {
+			t.Fatalf("released at token %d, the key's is %d", tok, a.Token)
+		}
+	}
+	if o := h.owner("r"); o.Key != a.Key {
+		t.Fatalf("owner %+v after refused releases, want %s", o, a.Key)
+	}
+	r := h.release("r", 0x1, a.Token)
+	if !r.Released || r.Rev <= a.Token {
+		t.Fatalf("release at the token: %+v", r)
+	}
+	if n, ok := recv(t, w); !ok || n.Kind != NoteGranted || n.Rev != r.Rev {
+		t.Fatalf("next waiter got %+v (%v), want a grant at the release's revision %d", n, ok, r.Rev)
+	}
+	if o := h.owner("r"); o.Key != b.Key {
+		t.Fatalf("owner %+v, want %s", o, b.Key)
+	}
+
+	// A key no service call registered.
+	h.put(KeyFor([]byte("plain"), 0x1), 0x1)
+	tok := h.kv.Rev()
+	if r := h.release("plain", 0x1, tok); !r.Released {
+		t.Fatalf("plain-KV key not released at its token %d", tok)
+	}
+	if resp, err := h.kv.Range(&pb.RangeRequest{Key: []byte(KeyFor([]byte("plain"), 0x1))}); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("plain-KV key still there: %v %v", resp, err)
+	}
+}
+
 func recv(t *testing.T, w *Waiter) (Note, bool) {
 	t.Helper()
 	select {

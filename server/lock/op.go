@@ -14,6 +14,7 @@ const (
 	OpRegister OpKind = 2 // make the lock known to the state machine (Observe, ownership streams)
 	OpSetDelay OpKind = 3 // set the lock-delay of a lock
 	OpEndDelay OpKind = 4 // leader: the lock-delay started at Epoch is over
+	OpRelease  OpKind = 5 // delete name/<lease hex> if its create revision is Epoch (the token)
 )
 
 // Op flags.
@@ -33,7 +34,7 @@ type Op struct {
 	Flags      byte
 	MaxWaiters uint32
 	DelayMs    int64
-	Epoch      uint64
+	Epoch      uint64 // OpEndDelay: the delay's epoch; OpRelease: the key's token (create revision)
 }
 
 var errMalformed = errors.New("tenure: lock: malformed entry")
