@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -466,7 +467,11 @@ func (m *Machine) ensure(env Env, name string) *queue {
 
 // KeyFor is the queue key of lease in lock name: name/<lease in hex>, the
 // layout clientv3's concurrency.Mutex and Election use.
-func KeyFor(name []byte, lease int64) string { return fmt.Sprintf("%s/%x", name, lease) }
+func KeyFor(name []byte, lease int64) string {
+	b := make([]byte, 0, len(name)+18)
+	b = append(append(b, name...), '/')
+	return string(strconv.AppendInt(b, lease, 16)) // fmt's %x of an int64, without fmt
+}
 
 // ValidName checks a lock name.
 func ValidName(name []byte) error {
@@ -574,13 +579,10 @@ func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) 
 // (Observe). The key is looked up through mvcc, so a lock the machine does
 // not track (plain-KV users only) is released the same way.
 func (m *Machine) release(env Env, op *Op) *ReleaseResult {
-	key := []byte(KeyFor(op.Name, op.Lease))
 	t := env.Begin()
-	r, err := t.Range(&pb.RangeRequest{Key: key, KeysOnly: true})
-	held := err == nil && len(r.Kvs) == 1 && r.Kvs[0].CreateRevision == int64(op.Epoch) && op.Epoch != 0
-	if held {
-		_, err = t.DeleteRange(&pb.DeleteRangeRequest{Key: key})
-		held = err == nil
+	held := false
+	if op.Epoch != 0 {
+		held, _ = t.DeleteAt([]byte(KeyFor(op.Name, op.Lease)), int64(op.Epoch))
 	}
 	m.mu.Unlock()
 	rev := env.End(t) // Observe runs here (it takes m.mu)

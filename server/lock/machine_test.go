@@ -621,3 +621,13 @@ func TestEmptyLockCacheIsBounded(t *testing.T) {
 		t.Fatal("evicted lock not granted")
 	}
 }
+
+// KeyFor matches clientv3's Mutex key (fmt's %x of the lease ID), negative
+// IDs included.
+func TestKeyForMatchesClientv3(t *testing.T) {
+	for _, l := range []int64{1, 0x694d7a5b1c2d3e4f, -5, 255} {
+		if got, want := KeyFor([]byte("n/x"), l), fmt.Sprintf("%s/%x", "n/x", l); got != want {
+			t.Fatalf("KeyFor(%d) = %q, want %q", l, got, want)
+		}
+	}
+}

@@ -270,6 +270,17 @@ func (t *Txn) DeleteRange(req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, 
 	return resp, nil
 }
 
+// DeleteAt deletes key if its live version was created at createRev (a
+// lock release at its fencing token) and reports whether it did: one index
+// lookup, where Range then DeleteRange would each scan the index.
+func (t *Txn) DeleteAt(key []byte, createRev int64) (bool, error) {
+	prev, err := t.latest(key)
+	if err != nil || prev == nil || prev.CreateRevision != createRev {
+		return false, err
+	}
+	return true, t.deleteKV(prev)
+}
+
 // DeleteKeys deletes those of keys that exist (lease revoke), in sorted
 // order, in this txn's revision. A storage failure here panics: the apply
 // loop cannot continue deterministically after it.

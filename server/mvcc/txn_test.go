@@ -380,3 +380,41 @@ func TestReopenAndReload(t *testing.T) {
 		t.Fatalf("next rev after reload %d", r)
 	}
 }
+
+// DeleteAt deletes a key only if its live version was created at the given
+// revision: a wrong revision or a missing key leaves everything as it was
+// (no revision, no event).
+func TestDeleteAt(t *testing.T) {
+	e := newEnv(t)
+	created := e.put("lock/1", "a")
+	e.put("lock/1", "b") // a rewrite keeps the create revision
+	for _, c := range []struct {
+		key string
+		rev int64
+	}{{"lock/1", created - 1}, {"lock/1", created + 1}, {"lock/2", created}} {
+		before := e.s.Rev()
+		rev, evs, err := e.apply(func(tx *Txn) error {
+			ok, err := tx.DeleteAt([]byte(c.key), c.rev)
+			if ok {
+				t.Errorf("DeleteAt(%s, %d) deleted; the key was created at %d", c.key, c.rev, created)
+			}
+			return err
+		})
+		if err != nil || rev != before || len(evs) != 0 {
+			t.Fatalf("refused DeleteAt(%s, %d): rev %d (was %d), %d events, %v", c.key, c.rev, rev, before, len(evs), err)
+		}
+	}
+	rev, evs, err := e.apply(func(tx *Txn) error {
+		ok, err := tx.DeleteAt([]byte("lock/1"), created)
+		if !ok {
+			t.Error("DeleteAt at the create revision did not delete")
+		}
+		return err
+	})
+	if err != nil || len(evs) != 1 || evs[0].Type != mvccpb.DELETE || evs[0].Kv.ModRevision != rev {
+		t.Fatalf("DeleteAt at the create revision: rev %d, events %v, %v", rev, evs, err)
+	}
+	if n := len(e.get(&pb.RangeRequest{Key: []byte("lock/1")}).Kvs); n != 0 {
+		t.Fatal("key still there after DeleteAt")
+	}
+}
