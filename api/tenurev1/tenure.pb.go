@@ -72,7 +72,7 @@ func (x OwnershipEvent_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OwnershipEvent_Type.Descriptor instead.
 func (OwnershipEvent_Type) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{15, 0}
+	return file_tenure_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type OwnershipEvent_Reason int32
@@ -127,7 +127,321 @@ func (x OwnershipEvent_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OwnershipEvent_Reason.Descriptor instead.
 func (OwnershipEvent_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{15, 1}
+	return file_tenure_proto_rawDescGZIP(), []int{18, 1}
+}
+
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"` // chosen by the client, repeated in the response
+	// Types that are valid to be assigned to Op:
+	//
+	//	*SessionRequest_Lock
+	//	*SessionRequest_Unlock
+	//	*SessionRequest_TryLock
+	//	*SessionRequest_CheckFence
+	Op            isSessionRequest_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_tenure_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_tenure_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SessionRequest) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionRequest) GetOp() isSessionRequest_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetLock() *LockRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Lock); ok {
+			return x.Lock
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetUnlock() *UnlockRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_Unlock); ok {
+			return x.Unlock
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetTryLock() *TryLockRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_TryLock); ok {
+			return x.TryLock
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCheckFence() *CheckFenceRequest {
+	if x != nil {
+		if x, ok := x.Op.(*SessionRequest_CheckFence); ok {
+			return x.CheckFence
+		}
+	}
+	return nil
+}
+
+type isSessionRequest_Op interface {
+	isSessionRequest_Op()
+}
+
+type SessionRequest_Lock struct {
+	Lock *LockRequest `protobuf:"bytes,2,opt,name=lock,proto3,oneof"`
+}
+
+type SessionRequest_Unlock struct {
+	Unlock *UnlockRequest `protobuf:"bytes,3,opt,name=unlock,proto3,oneof"`
+}
+
+type SessionRequest_TryLock struct {
+	TryLock *TryLockRequest `protobuf:"bytes,4,opt,name=try_lock,json=tryLock,proto3,oneof"`
+}
+
+type SessionRequest_CheckFence struct {
+	CheckFence *CheckFenceRequest `protobuf:"bytes,5,opt,name=check_fence,json=checkFence,proto3,oneof"`
+}
+
+func (*SessionRequest_Lock) isSessionRequest_Op() {}
+
+func (*SessionRequest_Unlock) isSessionRequest_Op() {}
+
+func (*SessionRequest_TryLock) isSessionRequest_Op() {}
+
+func (*SessionRequest_CheckFence) isSessionRequest_Op() {}
+
+type SessionResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*SessionResponse_Lock
+	//	*SessionResponse_Unlock
+	//	*SessionResponse_TryLock
+	//	*SessionResponse_CheckFence
+	//	*SessionResponse_Error
+	Result        isSessionResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_tenure_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_tenure_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SessionResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SessionResponse) GetResult() isSessionResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetLock() *LockResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Lock); ok {
+			return x.Lock
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetUnlock() *UnlockResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Unlock); ok {
+			return x.Unlock
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetTryLock() *TryLockResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_TryLock); ok {
+			return x.TryLock
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetCheckFence() *CheckFenceResponse {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_CheckFence); ok {
+			return x.CheckFence
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetError() *SessionError {
+	if x != nil {
+		if x, ok := x.Result.(*SessionResponse_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isSessionResponse_Result interface {
+	isSessionResponse_Result()
+}
+
+type SessionResponse_Lock struct {
+	Lock *LockResponse `protobuf:"bytes,2,opt,name=lock,proto3,oneof"`
+}
+
+type SessionResponse_Unlock struct {
+	Unlock *UnlockResponse `protobuf:"bytes,3,opt,name=unlock,proto3,oneof"`
+}
+
+type SessionResponse_TryLock struct {
+	TryLock *TryLockResponse `protobuf:"bytes,4,opt,name=try_lock,json=tryLock,proto3,oneof"`
+}
+
+type SessionResponse_CheckFence struct {
+	CheckFence *CheckFenceResponse `protobuf:"bytes,5,opt,name=check_fence,json=checkFence,proto3,oneof"`
+}
+
+type SessionResponse_Error struct {
+	Error *SessionError `protobuf:"bytes,6,opt,name=error,proto3,oneof"` // the request failed
+}
+
+func (*SessionResponse_Lock) isSessionResponse_Result() {}
+
+func (*SessionResponse_Unlock) isSessionResponse_Result() {}
+
+func (*SessionResponse_TryLock) isSessionResponse_Result() {}
+
+func (*SessionResponse_CheckFence) isSessionResponse_Result() {}
+
+func (*SessionResponse_Error) isSessionResponse_Result() {}
+
+// SessionError is a failed request's gRPC status, as the unary call would
+// have returned it.
+type SessionError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // google.golang.org/grpc/codes
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionError) Reset() {
+	*x = SessionError{}
+	mi := &file_tenure_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionError) ProtoMessage() {}
+
+func (x *SessionError) ProtoReflect() protoreflect.Message {
+	mi := &file_tenure_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionError.ProtoReflect.Descriptor instead.
+func (*SessionError) Descriptor() ([]byte, []int) {
+	return file_tenure_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionError) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SessionError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 type ResponseHeader struct {
@@ -142,7 +456,7 @@ type ResponseHeader struct {
 
 func (x *ResponseHeader) Reset() {
 	*x = ResponseHeader{}
-	mi := &file_tenure_proto_msgTypes[0]
+	mi := &file_tenure_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +468,7 @@ func (x *ResponseHeader) String() string {
 func (*ResponseHeader) ProtoMessage() {}
 
 func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[0]
+	mi := &file_tenure_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +481,7 @@ func (x *ResponseHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResponseHeader.ProtoReflect.Descriptor instead.
 func (*ResponseHeader) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{0}
+	return file_tenure_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ResponseHeader) GetClusterId() uint64 {
@@ -208,7 +522,7 @@ type TryLockRequest struct {
 
 func (x *TryLockRequest) Reset() {
 	*x = TryLockRequest{}
-	mi := &file_tenure_proto_msgTypes[1]
+	mi := &file_tenure_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +534,7 @@ func (x *TryLockRequest) String() string {
 func (*TryLockRequest) ProtoMessage() {}
 
 func (x *TryLockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[1]
+	mi := &file_tenure_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +547,7 @@ func (x *TryLockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryLockRequest.ProtoReflect.Descriptor instead.
 func (*TryLockRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{1}
+	return file_tenure_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TryLockRequest) GetName() []byte {
@@ -267,7 +581,7 @@ type TryLockResponse struct {
 
 func (x *TryLockResponse) Reset() {
 	*x = TryLockResponse{}
-	mi := &file_tenure_proto_msgTypes[2]
+	mi := &file_tenure_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +593,7 @@ func (x *TryLockResponse) String() string {
 func (*TryLockResponse) ProtoMessage() {}
 
 func (x *TryLockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[2]
+	mi := &file_tenure_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +606,7 @@ func (x *TryLockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TryLockResponse.ProtoReflect.Descriptor instead.
 func (*TryLockResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{2}
+	return file_tenure_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TryLockResponse) GetHeader() *ResponseHeader {
@@ -369,7 +683,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_tenure_proto_msgTypes[3]
+	mi := &file_tenure_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -381,7 +695,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[3]
+	mi := &file_tenure_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -394,7 +708,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{3}
+	return file_tenure_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LockRequest) GetName() []byte {
@@ -429,7 +743,7 @@ type LockResponse struct {
 
 func (x *LockResponse) Reset() {
 	*x = LockResponse{}
-	mi := &file_tenure_proto_msgTypes[4]
+	mi := &file_tenure_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -441,7 +755,7 @@ func (x *LockResponse) String() string {
 func (*LockResponse) ProtoMessage() {}
 
 func (x *LockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[4]
+	mi := &file_tenure_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -454,7 +768,7 @@ func (x *LockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockResponse.ProtoReflect.Descriptor instead.
 func (*LockResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{4}
+	return file_tenure_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LockResponse) GetHeader() *ResponseHeader {
@@ -489,7 +803,7 @@ type UnlockRequest struct {
 
 func (x *UnlockRequest) Reset() {
 	*x = UnlockRequest{}
-	mi := &file_tenure_proto_msgTypes[5]
+	mi := &file_tenure_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +815,7 @@ func (x *UnlockRequest) String() string {
 func (*UnlockRequest) ProtoMessage() {}
 
 func (x *UnlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[5]
+	mi := &file_tenure_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +828,7 @@ func (x *UnlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockRequest.ProtoReflect.Descriptor instead.
 func (*UnlockRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{5}
+	return file_tenure_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnlockRequest) GetName() []byte {
@@ -548,7 +862,7 @@ type UnlockResponse struct {
 
 func (x *UnlockResponse) Reset() {
 	*x = UnlockResponse{}
-	mi := &file_tenure_proto_msgTypes[6]
+	mi := &file_tenure_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -560,7 +874,7 @@ func (x *UnlockResponse) String() string {
 func (*UnlockResponse) ProtoMessage() {}
 
 func (x *UnlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[6]
+	mi := &file_tenure_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -573,7 +887,7 @@ func (x *UnlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnlockResponse.ProtoReflect.Descriptor instead.
 func (*UnlockResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{6}
+	return file_tenure_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *UnlockResponse) GetHeader() *ResponseHeader {
@@ -600,7 +914,7 @@ type CheckFenceRequest struct {
 
 func (x *CheckFenceRequest) Reset() {
 	*x = CheckFenceRequest{}
-	mi := &file_tenure_proto_msgTypes[7]
+	mi := &file_tenure_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +926,7 @@ func (x *CheckFenceRequest) String() string {
 func (*CheckFenceRequest) ProtoMessage() {}
 
 func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[7]
+	mi := &file_tenure_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +939,7 @@ func (x *CheckFenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceRequest.ProtoReflect.Descriptor instead.
 func (*CheckFenceRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{7}
+	return file_tenure_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CheckFenceRequest) GetName() []byte {
@@ -654,7 +968,7 @@ type CheckFenceResponse struct {
 
 func (x *CheckFenceResponse) Reset() {
 	*x = CheckFenceResponse{}
-	mi := &file_tenure_proto_msgTypes[8]
+	mi := &file_tenure_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +980,7 @@ func (x *CheckFenceResponse) String() string {
 func (*CheckFenceResponse) ProtoMessage() {}
 
 func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[8]
+	mi := &file_tenure_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +993,7 @@ func (x *CheckFenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckFenceResponse.ProtoReflect.Descriptor instead.
 func (*CheckFenceResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{8}
+	return file_tenure_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CheckFenceResponse) GetHeader() *ResponseHeader {
@@ -720,7 +1034,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_tenure_proto_msgTypes[9]
+	mi := &file_tenure_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1046,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[9]
+	mi := &file_tenure_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1059,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{9}
+	return file_tenure_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DescribeRequest) GetName() []byte {
@@ -773,7 +1087,7 @@ type Waiter struct {
 
 func (x *Waiter) Reset() {
 	*x = Waiter{}
-	mi := &file_tenure_proto_msgTypes[10]
+	mi := &file_tenure_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -785,7 +1099,7 @@ func (x *Waiter) String() string {
 func (*Waiter) ProtoMessage() {}
 
 func (x *Waiter) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[10]
+	mi := &file_tenure_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -798,7 +1112,7 @@ func (x *Waiter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Waiter.ProtoReflect.Descriptor instead.
 func (*Waiter) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{10}
+	return file_tenure_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Waiter) GetKey() []byte {
@@ -842,7 +1156,7 @@ type DescribeResponse struct {
 
 func (x *DescribeResponse) Reset() {
 	*x = DescribeResponse{}
-	mi := &file_tenure_proto_msgTypes[11]
+	mi := &file_tenure_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +1168,7 @@ func (x *DescribeResponse) String() string {
 func (*DescribeResponse) ProtoMessage() {}
 
 func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[11]
+	mi := &file_tenure_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +1181,7 @@ func (x *DescribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeResponse.ProtoReflect.Descriptor instead.
 func (*DescribeResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{11}
+	return file_tenure_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DescribeResponse) GetHeader() *ResponseHeader {
@@ -950,7 +1264,7 @@ type SetLockDelayRequest struct {
 
 func (x *SetLockDelayRequest) Reset() {
 	*x = SetLockDelayRequest{}
-	mi := &file_tenure_proto_msgTypes[12]
+	mi := &file_tenure_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1276,7 @@ func (x *SetLockDelayRequest) String() string {
 func (*SetLockDelayRequest) ProtoMessage() {}
 
 func (x *SetLockDelayRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[12]
+	mi := &file_tenure_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1289,7 @@ func (x *SetLockDelayRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockDelayRequest.ProtoReflect.Descriptor instead.
 func (*SetLockDelayRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{12}
+	return file_tenure_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetLockDelayRequest) GetName() []byte {
@@ -1001,7 +1315,7 @@ type SetLockDelayResponse struct {
 
 func (x *SetLockDelayResponse) Reset() {
 	*x = SetLockDelayResponse{}
-	mi := &file_tenure_proto_msgTypes[13]
+	mi := &file_tenure_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1327,7 @@ func (x *SetLockDelayResponse) String() string {
 func (*SetLockDelayResponse) ProtoMessage() {}
 
 func (x *SetLockDelayResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[13]
+	mi := &file_tenure_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1340,7 @@ func (x *SetLockDelayResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockDelayResponse.ProtoReflect.Descriptor instead.
 func (*SetLockDelayResponse) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{13}
+	return file_tenure_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetLockDelayResponse) GetHeader() *ResponseHeader {
@@ -1046,7 +1360,7 @@ type WatchOwnershipRequest struct {
 
 func (x *WatchOwnershipRequest) Reset() {
 	*x = WatchOwnershipRequest{}
-	mi := &file_tenure_proto_msgTypes[14]
+	mi := &file_tenure_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1372,7 @@ func (x *WatchOwnershipRequest) String() string {
 func (*WatchOwnershipRequest) ProtoMessage() {}
 
 func (x *WatchOwnershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[14]
+	mi := &file_tenure_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1385,7 @@ func (x *WatchOwnershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOwnershipRequest.ProtoReflect.Descriptor instead.
 func (*WatchOwnershipRequest) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{14}
+	return file_tenure_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WatchOwnershipRequest) GetName() []byte {
@@ -1101,7 +1415,7 @@ type OwnershipEvent struct {
 
 func (x *OwnershipEvent) Reset() {
 	*x = OwnershipEvent{}
-	mi := &file_tenure_proto_msgTypes[15]
+	mi := &file_tenure_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1427,7 @@ func (x *OwnershipEvent) String() string {
 func (*OwnershipEvent) ProtoMessage() {}
 
 func (x *OwnershipEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tenure_proto_msgTypes[15]
+	mi := &file_tenure_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1440,7 @@ func (x *OwnershipEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OwnershipEvent.ProtoReflect.Descriptor instead.
 func (*OwnershipEvent) Descriptor() ([]byte, []int) {
-	return file_tenure_proto_rawDescGZIP(), []int{15}
+	return file_tenure_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OwnershipEvent) GetType() OwnershipEvent_Type {
@@ -1168,7 +1482,27 @@ var File_tenure_proto protoreflect.FileDescriptor
 
 const file_tenure_proto_rawDesc = "" +
 	"\n" +
-	"\ftenure.proto\x12\ttenure.v1\"\x85\x01\n" +
+	"\ftenure.proto\x12\ttenure.v1\"\x81\x02\n" +
+	"\x0eSessionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12,\n" +
+	"\x04lock\x18\x02 \x01(\v2\x16.tenure.v1.LockRequestH\x00R\x04lock\x122\n" +
+	"\x06unlock\x18\x03 \x01(\v2\x18.tenure.v1.UnlockRequestH\x00R\x06unlock\x126\n" +
+	"\btry_lock\x18\x04 \x01(\v2\x19.tenure.v1.TryLockRequestH\x00R\atryLock\x12?\n" +
+	"\vcheck_fence\x18\x05 \x01(\v2\x1c.tenure.v1.CheckFenceRequestH\x00R\n" +
+	"checkFenceB\x04\n" +
+	"\x02op\"\xbb\x02\n" +
+	"\x0fSessionResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12-\n" +
+	"\x04lock\x18\x02 \x01(\v2\x17.tenure.v1.LockResponseH\x00R\x04lock\x123\n" +
+	"\x06unlock\x18\x03 \x01(\v2\x19.tenure.v1.UnlockResponseH\x00R\x06unlock\x127\n" +
+	"\btry_lock\x18\x04 \x01(\v2\x1a.tenure.v1.TryLockResponseH\x00R\atryLock\x12@\n" +
+	"\vcheck_fence\x18\x05 \x01(\v2\x1d.tenure.v1.CheckFenceResponseH\x00R\n" +
+	"checkFence\x12/\n" +
+	"\x05error\x18\x06 \x01(\v2\x17.tenure.v1.SessionErrorH\x00R\x05errorB\b\n" +
+	"\x06result\"<\n" +
+	"\fSessionError\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"\x85\x01\n" +
 	"\x0eResponseHeader\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\x04R\tclusterId\x12\x1b\n" +
@@ -1258,7 +1592,7 @@ const file_tenure_proto_rawDesc = "" +
 	"\bRELEASED\x10\x01\x12\x11\n" +
 	"\rLEASE_EXPIRED\x10\x02\x12\x11\n" +
 	"\rLEASE_REVOKED\x10\x03\x12\t\n" +
-	"\x05STALE\x10\x042\xf3\x03\n" +
+	"\x05STALE\x10\x042\xb9\x04\n" +
 	"\x05Locks\x12@\n" +
 	"\aTryLock\x12\x19.tenure.v1.TryLockRequest\x1a\x1a.tenure.v1.TryLockResponse\x127\n" +
 	"\x04Lock\x12\x16.tenure.v1.LockRequest\x1a\x17.tenure.v1.LockResponse\x12=\n" +
@@ -1267,7 +1601,8 @@ const file_tenure_proto_rawDesc = "" +
 	"CheckFence\x12\x1c.tenure.v1.CheckFenceRequest\x1a\x1d.tenure.v1.CheckFenceResponse\x12C\n" +
 	"\bDescribe\x12\x1a.tenure.v1.DescribeRequest\x1a\x1b.tenure.v1.DescribeResponse\x12O\n" +
 	"\fSetLockDelay\x12\x1e.tenure.v1.SetLockDelayRequest\x1a\x1f.tenure.v1.SetLockDelayResponse\x12O\n" +
-	"\x0eWatchOwnership\x12 .tenure.v1.WatchOwnershipRequest\x1a\x19.tenure.v1.OwnershipEvent0\x01B3Z1github.com/tenure-io/tenure/api/tenurev1;tenurev1b\x06proto3"
+	"\x0eWatchOwnership\x12 .tenure.v1.WatchOwnershipRequest\x1a\x19.tenure.v1.OwnershipEvent0\x01\x12D\n" +
+	"\aSession\x12\x19.tenure.v1.SessionRequest\x1a\x1a.tenure.v1.SessionResponse(\x010\x01B3Z1github.com/tenure-io/tenure/api/tenurev1;tenurev1b\x06proto3"
 
 var (
 	file_tenure_proto_rawDescOnce sync.Once
@@ -1282,56 +1617,70 @@ func file_tenure_proto_rawDescGZIP() []byte {
 }
 
 var file_tenure_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_tenure_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_tenure_proto_goTypes = []any{
 	(OwnershipEvent_Type)(0),      // 0: tenure.v1.OwnershipEvent.Type
 	(OwnershipEvent_Reason)(0),    // 1: tenure.v1.OwnershipEvent.Reason
-	(*ResponseHeader)(nil),        // 2: tenure.v1.ResponseHeader
-	(*TryLockRequest)(nil),        // 3: tenure.v1.TryLockRequest
-	(*TryLockResponse)(nil),       // 4: tenure.v1.TryLockResponse
-	(*LockRequest)(nil),           // 5: tenure.v1.LockRequest
-	(*LockResponse)(nil),          // 6: tenure.v1.LockResponse
-	(*UnlockRequest)(nil),         // 7: tenure.v1.UnlockRequest
-	(*UnlockResponse)(nil),        // 8: tenure.v1.UnlockResponse
-	(*CheckFenceRequest)(nil),     // 9: tenure.v1.CheckFenceRequest
-	(*CheckFenceResponse)(nil),    // 10: tenure.v1.CheckFenceResponse
-	(*DescribeRequest)(nil),       // 11: tenure.v1.DescribeRequest
-	(*Waiter)(nil),                // 12: tenure.v1.Waiter
-	(*DescribeResponse)(nil),      // 13: tenure.v1.DescribeResponse
-	(*SetLockDelayRequest)(nil),   // 14: tenure.v1.SetLockDelayRequest
-	(*SetLockDelayResponse)(nil),  // 15: tenure.v1.SetLockDelayResponse
-	(*WatchOwnershipRequest)(nil), // 16: tenure.v1.WatchOwnershipRequest
-	(*OwnershipEvent)(nil),        // 17: tenure.v1.OwnershipEvent
+	(*SessionRequest)(nil),        // 2: tenure.v1.SessionRequest
+	(*SessionResponse)(nil),       // 3: tenure.v1.SessionResponse
+	(*SessionError)(nil),          // 4: tenure.v1.SessionError
+	(*ResponseHeader)(nil),        // 5: tenure.v1.ResponseHeader
+	(*TryLockRequest)(nil),        // 6: tenure.v1.TryLockRequest
+	(*TryLockResponse)(nil),       // 7: tenure.v1.TryLockResponse
+	(*LockRequest)(nil),           // 8: tenure.v1.LockRequest
+	(*LockResponse)(nil),          // 9: tenure.v1.LockResponse
+	(*UnlockRequest)(nil),         // 10: tenure.v1.UnlockRequest
+	(*UnlockResponse)(nil),        // 11: tenure.v1.UnlockResponse
+	(*CheckFenceRequest)(nil),     // 12: tenure.v1.CheckFenceRequest
+	(*CheckFenceResponse)(nil),    // 13: tenure.v1.CheckFenceResponse
+	(*DescribeRequest)(nil),       // 14: tenure.v1.DescribeRequest
+	(*Waiter)(nil),                // 15: tenure.v1.Waiter
+	(*DescribeResponse)(nil),      // 16: tenure.v1.DescribeResponse
+	(*SetLockDelayRequest)(nil),   // 17: tenure.v1.SetLockDelayRequest
+	(*SetLockDelayResponse)(nil),  // 18: tenure.v1.SetLockDelayResponse
+	(*WatchOwnershipRequest)(nil), // 19: tenure.v1.WatchOwnershipRequest
+	(*OwnershipEvent)(nil),        // 20: tenure.v1.OwnershipEvent
 }
 var file_tenure_proto_depIdxs = []int32{
-	2,  // 0: tenure.v1.TryLockResponse.header:type_name -> tenure.v1.ResponseHeader
-	2,  // 1: tenure.v1.LockResponse.header:type_name -> tenure.v1.ResponseHeader
-	2,  // 2: tenure.v1.UnlockResponse.header:type_name -> tenure.v1.ResponseHeader
-	2,  // 3: tenure.v1.CheckFenceResponse.header:type_name -> tenure.v1.ResponseHeader
-	2,  // 4: tenure.v1.DescribeResponse.header:type_name -> tenure.v1.ResponseHeader
-	12, // 5: tenure.v1.DescribeResponse.waiters:type_name -> tenure.v1.Waiter
-	2,  // 6: tenure.v1.SetLockDelayResponse.header:type_name -> tenure.v1.ResponseHeader
-	0,  // 7: tenure.v1.OwnershipEvent.type:type_name -> tenure.v1.OwnershipEvent.Type
-	1,  // 8: tenure.v1.OwnershipEvent.reason:type_name -> tenure.v1.OwnershipEvent.Reason
-	3,  // 9: tenure.v1.Locks.TryLock:input_type -> tenure.v1.TryLockRequest
-	5,  // 10: tenure.v1.Locks.Lock:input_type -> tenure.v1.LockRequest
-	7,  // 11: tenure.v1.Locks.Unlock:input_type -> tenure.v1.UnlockRequest
-	9,  // 12: tenure.v1.Locks.CheckFence:input_type -> tenure.v1.CheckFenceRequest
-	11, // 13: tenure.v1.Locks.Describe:input_type -> tenure.v1.DescribeRequest
-	14, // 14: tenure.v1.Locks.SetLockDelay:input_type -> tenure.v1.SetLockDelayRequest
-	16, // 15: tenure.v1.Locks.WatchOwnership:input_type -> tenure.v1.WatchOwnershipRequest
-	4,  // 16: tenure.v1.Locks.TryLock:output_type -> tenure.v1.TryLockResponse
-	6,  // 17: tenure.v1.Locks.Lock:output_type -> tenure.v1.LockResponse
-	8,  // 18: tenure.v1.Locks.Unlock:output_type -> tenure.v1.UnlockResponse
-	10, // 19: tenure.v1.Locks.CheckFence:output_type -> tenure.v1.CheckFenceResponse
-	13, // 20: tenure.v1.Locks.Describe:output_type -> tenure.v1.DescribeResponse
-	15, // 21: tenure.v1.Locks.SetLockDelay:output_type -> tenure.v1.SetLockDelayResponse
-	17, // 22: tenure.v1.Locks.WatchOwnership:output_type -> tenure.v1.OwnershipEvent
-	16, // [16:23] is the sub-list for method output_type
-	9,  // [9:16] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	8,  // 0: tenure.v1.SessionRequest.lock:type_name -> tenure.v1.LockRequest
+	10, // 1: tenure.v1.SessionRequest.unlock:type_name -> tenure.v1.UnlockRequest
+	6,  // 2: tenure.v1.SessionRequest.try_lock:type_name -> tenure.v1.TryLockRequest
+	12, // 3: tenure.v1.SessionRequest.check_fence:type_name -> tenure.v1.CheckFenceRequest
+	9,  // 4: tenure.v1.SessionResponse.lock:type_name -> tenure.v1.LockResponse
+	11, // 5: tenure.v1.SessionResponse.unlock:type_name -> tenure.v1.UnlockResponse
+	7,  // 6: tenure.v1.SessionResponse.try_lock:type_name -> tenure.v1.TryLockResponse
+	13, // 7: tenure.v1.SessionResponse.check_fence:type_name -> tenure.v1.CheckFenceResponse
+	4,  // 8: tenure.v1.SessionResponse.error:type_name -> tenure.v1.SessionError
+	5,  // 9: tenure.v1.TryLockResponse.header:type_name -> tenure.v1.ResponseHeader
+	5,  // 10: tenure.v1.LockResponse.header:type_name -> tenure.v1.ResponseHeader
+	5,  // 11: tenure.v1.UnlockResponse.header:type_name -> tenure.v1.ResponseHeader
+	5,  // 12: tenure.v1.CheckFenceResponse.header:type_name -> tenure.v1.ResponseHeader
+	5,  // 13: tenure.v1.DescribeResponse.header:type_name -> tenure.v1.ResponseHeader
+	15, // 14: tenure.v1.DescribeResponse.waiters:type_name -> tenure.v1.Waiter
+	5,  // 15: tenure.v1.SetLockDelayResponse.header:type_name -> tenure.v1.ResponseHeader
+	0,  // 16: tenure.v1.OwnershipEvent.type:type_name -> tenure.v1.OwnershipEvent.Type
+	1,  // 17: tenure.v1.OwnershipEvent.reason:type_name -> tenure.v1.OwnershipEvent.Reason
+	6,  // 18: tenure.v1.Locks.TryLock:input_type -> tenure.v1.TryLockRequest
+	8,  // 19: tenure.v1.Locks.Lock:input_type -> tenure.v1.LockRequest
+	10, // 20: tenure.v1.Locks.Unlock:input_type -> tenure.v1.UnlockRequest
+	12, // 21: tenure.v1.Locks.CheckFence:input_type -> tenure.v1.CheckFenceRequest
+	14, // 22: tenure.v1.Locks.Describe:input_type -> tenure.v1.DescribeRequest
+	17, // 23: tenure.v1.Locks.SetLockDelay:input_type -> tenure.v1.SetLockDelayRequest
+	19, // 24: tenure.v1.Locks.WatchOwnership:input_type -> tenure.v1.WatchOwnershipRequest
+	2,  // 25: tenure.v1.Locks.Session:input_type -> tenure.v1.SessionRequest
+	7,  // 26: tenure.v1.Locks.TryLock:output_type -> tenure.v1.TryLockResponse
+	9,  // 27: tenure.v1.Locks.Lock:output_type -> tenure.v1.LockResponse
+	11, // 28: tenure.v1.Locks.Unlock:output_type -> tenure.v1.UnlockResponse
+	13, // 29: tenure.v1.Locks.CheckFence:output_type -> tenure.v1.CheckFenceResponse
+	16, // 30: tenure.v1.Locks.Describe:output_type -> tenure.v1.DescribeResponse
+	18, // 31: tenure.v1.Locks.SetLockDelay:output_type -> tenure.v1.SetLockDelayResponse
+	20, // 32: tenure.v1.Locks.WatchOwnership:output_type -> tenure.v1.OwnershipEvent
+	3,  // 33: tenure.v1.Locks.Session:output_type -> tenure.v1.SessionResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tenure_proto_init() }
@@ -1339,13 +1688,26 @@ func file_tenure_proto_init() {
 	if File_tenure_proto != nil {
 		return
 	}
+	file_tenure_proto_msgTypes[0].OneofWrappers = []any{
+		(*SessionRequest_Lock)(nil),
+		(*SessionRequest_Unlock)(nil),
+		(*SessionRequest_TryLock)(nil),
+		(*SessionRequest_CheckFence)(nil),
+	}
+	file_tenure_proto_msgTypes[1].OneofWrappers = []any{
+		(*SessionResponse_Lock)(nil),
+		(*SessionResponse_Unlock)(nil),
+		(*SessionResponse_TryLock)(nil),
+		(*SessionResponse_CheckFence)(nil),
+		(*SessionResponse_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tenure_proto_rawDesc), len(file_tenure_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

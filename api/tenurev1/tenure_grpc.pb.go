@@ -31,6 +31,7 @@ const (
 	Locks_Describe_FullMethodName       = "/tenure.v1.Locks/Describe"
 	Locks_SetLockDelay_FullMethodName   = "/tenure.v1.Locks/SetLockDelay"
 	Locks_WatchOwnership_FullMethodName = "/tenure.v1.Locks/WatchOwnership"
+	Locks_Session_FullMethodName        = "/tenure.v1.Locks/Session"
 )
 
 // LocksClient is the client API for Locks service.
@@ -55,6 +56,14 @@ type LocksClient interface {
 	// WatchOwnership streams the ownership events of a held lock: GRANTED
 	// (now, if token is current), then LOST with the reason; then it ends.
 	WatchOwnership(ctx context.Context, in *WatchOwnershipRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[OwnershipEvent], error)
+	// Session carries a client's lock calls on one stream instead of a call
+	// each: every request names an id that its response repeats. Requests run
+	// concurrently (a Lock may wait while another lock is released) and their
+	// responses come as they complete. A failed request gets its error in its
+	// response; the stream goes on. When the stream ends, requests still
+	// running are cancelled (a waiting Lock leaves the queue). Same semantics
+	// as the unary calls, at a fraction of their cost per call.
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
 type locksClient struct {
@@ -144,6 +153,19 @@ func (c *locksClient) WatchOwnership(ctx context.Context, in *WatchOwnershipRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Locks_WatchOwnershipClient = grpc.ServerStreamingClient[OwnershipEvent]
 
+func (c *locksClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Locks_ServiceDesc.Streams[1], Locks_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Locks_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 // LocksServer is the server API for Locks service.
 // All implementations must embed UnimplementedLocksServer
 // for forward compatibility.
@@ -166,6 +188,14 @@ type LocksServer interface {
 	// WatchOwnership streams the ownership events of a held lock: GRANTED
 	// (now, if token is current), then LOST with the reason; then it ends.
 	WatchOwnership(*WatchOwnershipRequest, grpc.ServerStreamingServer[OwnershipEvent]) error
+	// Session carries a client's lock calls on one stream instead of a call
+	// each: every request names an id that its response repeats. Requests run
+	// concurrently (a Lock may wait while another lock is released) and their
+	// responses come as they complete. A failed request gets its error in its
+	// response; the stream goes on. When the stream ends, requests still
+	// running are cancelled (a waiting Lock leaves the queue). Same semantics
+	// as the unary calls, at a fraction of their cost per call.
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedLocksServer()
 }
 
@@ -196,6 +226,9 @@ func (UnimplementedLocksServer) SetLockDelay(context.Context, *SetLockDelayReque
 }
 func (UnimplementedLocksServer) WatchOwnership(*WatchOwnershipRequest, grpc.ServerStreamingServer[OwnershipEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method WatchOwnership not implemented")
+}
+func (UnimplementedLocksServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedLocksServer) mustEmbedUnimplementedLocksServer() {}
 func (UnimplementedLocksServer) testEmbeddedByValue()               {}
@@ -337,6 +370,13 @@ func _Locks_WatchOwnership_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Locks_WatchOwnershipServer = grpc.ServerStreamingServer[OwnershipEvent]
 
+func _Locks_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(LocksServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Locks_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
 // Locks_ServiceDesc is the grpc.ServiceDesc for Locks service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -374,6 +414,12 @@ var Locks_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "WatchOwnership",
 			Handler:       _Locks_WatchOwnership_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Session",
+			Handler:       _Locks_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "tenure.proto",

@@ -20,4 +20,11 @@
 // the state-machine range in the file format of snapshotfile.go (records,
 // padding, trailing sha256); ReadSnapshot verifies it (ErrSnapshotFormat,
 // ErrSnapshotChecksum).
+//
+// Locks (lock.go, tenure.go, session.go): etcd's v3lock and v3election and
+// tenure.v1 Locks over the lock state machine; a waiting call is woken by
+// the apply that granted it. tenure.v1 Session runs the Lock, Unlock,
+// TryLock and CheckFence calls as messages on one stream, each in its own
+// goroutine under the stream's context (at most MaxSessionInFlight at once;
+// one more is answered ResourceExhausted), errors per request.
 package api

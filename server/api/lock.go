@@ -20,6 +20,9 @@ type LockConfig struct {
 	Machine    *lock.Machine
 	Delays     *lock.DelayScheduler // optional (Describe's lock-delay remaining)
 	MaxWaiters int                  // per lock; default lock.DefaultMaxWaiters
+	// MaxSessionInFlight bounds the requests one Session stream runs at
+	// once; default DefaultMaxSessionInFlight.
+	MaxSessionInFlight int
 }
 
 // Locks serves etcd's v3lock and v3election services and Tenure's tenure.v1
@@ -35,6 +38,9 @@ type Locks struct {
 func (s *Server) NewLocks(cfg LockConfig) *Locks {
 	if cfg.MaxWaiters <= 0 {
 		cfg.MaxWaiters = lock.DefaultMaxWaiters
+	}
+	if cfg.MaxSessionInFlight <= 0 {
+		cfg.MaxSessionInFlight = DefaultMaxSessionInFlight
 	}
 	return &Locks{s: s, m: cfg.Machine, cfg: cfg}
 }

