@@ -8,7 +8,8 @@
 // can be compared with the floor an idealised implementation reaches here,
 // driven the way the harness drives Tenure and etcd: 50 clients looping
 // acquire → release, each request to the next member in turn (as clientv3's
-// balancer does), through a unary gRPC call (or raw TCP).
+// balancer does), through a unary gRPC call — or, like the tenure.v1
+// Session row, each client on one gRPC stream (-client stream) — or raw TCP.
 //
 //	handoff-floor -locks 1 -clients 50 -duration 8s -client grpc -peer tcp
 //
@@ -62,7 +63,7 @@ var (
 	clients  = flag.Int("clients", 50, "clients")
 	locks    = flag.Int("locks", 1, "locks (client i uses lock i % locks)")
 	duration = flag.Duration("duration", 8*time.Second, "how long the clients loop")
-	clientAP = flag.String("client", "grpc", "client API: grpc (unary calls) or tcp")
+	clientAP = flag.String("client", "grpc", "client API: grpc (unary calls), stream (one gRPC stream per client, a message per call) or tcp")
 	peerTr   = flag.String("peer", "tcp", "member transport: tcp (frames written directly) or grpc (streams behind a sender goroutine)")
 	nosync   = flag.Bool("nosync", false, "skip fdatasync (shows what the disk costs)")
 )
@@ -391,6 +392,18 @@ func runMember() {
 				return nil, err
 			}
 			return &wrapperspb.BytesValue{Value: []byte{m.submit(in.Value[0], binary.BigEndian.Uint32(in.Value[1:]))}}, nil
+		}}}, Streams: []grpc.StreamDesc{{StreamName: "S", ServerStreams: true, ClientStreams: true,
+		Handler: func(_ any, st grpc.ServerStream) error {
+			for { // one call at a time per stream: the clients loop serially
+				in := &wrapperspb.BytesValue{}
+				if err := st.RecvMsg(in); err != nil {
+					return nil
+				}
+				out := m.submit(in.Value[0], binary.BigEndian.Uint32(in.Value[1:]))
+				if err := st.SendMsg(&wrapperspb.BytesValue{Value: []byte{out}}); err != nil {
+					return nil
+				}
+			}
 		}}}}, m)
 	ln, err := net.Listen("tcp", port(2, m.id))
 	if err != nil {
@@ -444,6 +457,23 @@ func runClient() (cycles int64, handoffs []time.Duration) {
 		}
 		for i := range call {
 			cc := ccs[i%len(ccs)]
+			if *clientAP == "stream" {
+				st, err := cc.NewStream(context.Background(), bidi, "/floor.Lock/S")
+				if err != nil {
+					log.Fatal(err)
+				}
+				call[i] = func(b []byte) byte {
+					out := &wrapperspb.BytesValue{}
+					if err := st.SendMsg(&wrapperspb.BytesValue{Value: b}); err != nil {
+						log.Fatal(err)
+					}
+					if err := st.RecvMsg(out); err != nil {
+						log.Fatal(err)
+					}
+					return out.Value[0]
+				}
+				continue
+			}
 			call[i] = func(b []byte) byte {
 				out := &wrapperspb.BytesValue{}
 				if err := cc.Invoke(context.Background(), "/floor.Lock/Do", &wrapperspb.BytesValue{Value: b}, out); err != nil {
