@@ -52,6 +52,21 @@ func wantCode(t *testing.T, err error, code codes.Code, what string) {
 	}
 }
 
+// waitQueueLength waits until Describe reports n keys in name's queue.
+func waitQueueLength(t *testing.T, ctx context.Context, lc lockClients, name []byte, n int64, what string) {
+	t.Helper()
+	eventually(t, 10*time.Second, what, func() error {
+		d, err := lc.native.Describe(ctx, &tenurev1.DescribeRequest{Name: name})
+		if err != nil {
+			return err
+		}
+		if d.QueueLength != n {
+			return fmt.Errorf("queue length %d", d.QueueLength)
+		}
+		return nil
+	})
+}
+
 type lockResult struct {
 	key   string
 	token int64
@@ -141,16 +156,7 @@ func TestLockFIFOFenceAndDescribe(t *testing.T) {
 			results[i] <- lockResult{key: string(r.Key), token: r.Token}
 		}(i)
 		// Enqueue in a known order: wait until this waiter is in the queue.
-		eventually(t, 10*time.Second, "waiter enqueued", func() error {
-			d, err := lc.native.Describe(ctx, &tenurev1.DescribeRequest{Name: name})
-			if err != nil {
-				return err
-			}
-			if d.QueueLength != int64(i+1) {
-				return fmt.Errorf("queue length %d", d.QueueLength)
-			}
-			return nil
-		})
+		waitQueueLength(t, ctx, lc, name, int64(i+1), "waiter enqueued")
 	}
 	// TryLock on a held lock fails fast with the owner.
 	tl, err := lc.native.TryLock(ctx, &tenurev1.TryLockRequest{Name: name, Lease: int64(grantLease(t, ctx, lc.cli, 30))})
@@ -199,16 +205,7 @@ func TestLockFIFOFenceAndDescribe(t *testing.T) {
 	// A waiter whose deadline passes leaves the queue.
 	_, err = lc.native.Lock(ctx, &tenurev1.LockRequest{Name: name, Lease: int64(grantLease(t, ctx, lc.cli, 30)), TimeoutMs: 300})
 	wantCode(t, err, codes.Aborted, "Lock past its timeout")
-	eventually(t, 10*time.Second, "timed-out waiter left the queue", func() error {
-		d, err := lc.native.Describe(ctx, &tenurev1.DescribeRequest{Name: name})
-		if err != nil {
-			return err
-		}
-		if d.QueueLength != 1 {
-			return fmt.Errorf("queue length %d", d.QueueLength)
-		}
-		return nil
-	})
+	waitQueueLength(t, ctx, lc, name, 1, "timed-out waiter left the queue")
 	// Validation errors.
 	_, err = lc.native.Lock(ctx, &tenurev1.LockRequest{Name: nil, Lease: prevLease})
 	wantCode(t, err, codes.InvalidArgument, "empty name")

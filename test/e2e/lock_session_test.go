@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -144,27 +143,9 @@ func TestLockSession(t *testing.T) {
 	sctx, cancel := context.WithCancel(ctx)
 	s2 := openSession(t, sctx, lc)
 	s2.send(lockOp(name, lcs))
-	eventually(t, 10*time.Second, "C queued", func() error {
-		d, err := lc.native.Describe(ctx, &tenurev1.DescribeRequest{Name: name})
-		if err != nil {
-			return err
-		}
-		if d.QueueLength != 2 {
-			return fmt.Errorf("queue length %d", d.QueueLength)
-		}
-		return nil
-	})
+	waitQueueLength(t, ctx, lc, name, 2, "C queued")
 	cancel()
-	eventually(t, 10*time.Second, "C's waiter left with its stream", func() error {
-		d, err := lc.native.Describe(ctx, &tenurev1.DescribeRequest{Name: name})
-		if err != nil {
-			return err
-		}
-		if d.QueueLength != 1 {
-			return fmt.Errorf("queue length %d", d.QueueLength)
-		}
-		return nil
-	})
+	waitQueueLength(t, ctx, lc, name, 1, "C's waiter left with its stream")
 	s.send(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Unlock{Unlock: &tenurev1.UnlockRequest{Name: name, Lease: lb, Token: tokenB}}})
 	if r := s.recv(10 * time.Second); !r.GetUnlock().GetReleased() {
 		t.Fatalf("Unlock of B: %v", r)
