@@ -184,8 +184,9 @@ func (p *streamPeer) send(frames []byte) {
 		p.t.writes.Add(1)
 		p.mu.Lock()
 		switch {
-		case p.conn != conn: // broken meanwhile; the dial loop redials
-			p.direct = false
+		case p.conn != conn:
+			// Broken meanwhile (breakLocked cleared the flags); the state
+			// now belongs to the next connection, if any.
 			p.mu.Unlock()
 			return
 		case err != nil:
