@@ -145,10 +145,6 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var peerCreds credentials.TransportCredentials
-	if peerDial != nil {
-		peerCreds = credentials.NewTLS(peerDial)
-	}
 	// A member forwards some requests (removing itself, promoting a learner)
 	// to another member's client URL; over https it presents its own client
 	// certificate (--cert-file, which --client-cert-auth clusters issue for
@@ -176,7 +172,6 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		StateMachine:    ap,
 		Logger:          lg,
 		Observer:        mm.observer(),
-		PeerCreds:       peerCreds,
 		PeerTLS:         peerDial,
 		OnLeaderChange: func(ev raftnode.LeaderEvent) {
 			if ev.Leader != 0 {

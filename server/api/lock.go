@@ -75,13 +75,11 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	key := lock.KeyFor(name, lease)
 	w := l.m.WaitKey(key) // before proposing: the grant may come with the acquire
 	defer w.Close()
-	pctx, cancel := l.s.timeout(ctx)
-	res := l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpAcquire, Name: name, Lease: lease, Value: value, Flags: flags, MaxWaiters: uint32(l.cfg.MaxWaiters)})
-	cancel()
-	if res.Err != nil {
-		return nil, ToGRPC(res.Err)
+	out, err := l.do(ctx, &lock.Op{Kind: lock.OpAcquire, Name: name, Lease: lease, Value: value, Flags: flags, MaxWaiters: uint32(l.cfg.MaxWaiters)})
+	if err != nil {
+		return nil, err
 	}
-	ar := res.Lock.(*lock.AcquireResult)
+	ar := out.(*lock.AcquireResult)
 	if ar.Granted || flags&lock.FlagTry != 0 {
 		return ar, nil
 	}
@@ -104,6 +102,18 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 			return nil, ToGRPC(ctx.Err())
 		}
 	}
+}
+
+// do proposes a lock op (within the request timeout) and returns the lock
+// machine's answer, errors mapped for gRPC.
+func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
+	pctx, cancel := l.s.timeout(ctx)
+	defer cancel()
+	res := l.s.cfg.Applier.DoLock(pctx, op)
+	if res.Err != nil {
+		return nil, ToGRPC(res.Err)
+	}
+	return res.Lock, nil
 }
 
 // abandon deletes a waiter's key if it is still the incarnation at token.
@@ -266,11 +276,8 @@ func (es *electionService) Observe(r *v3electionpb.LeaderRequest, stream v3elect
 	name := string(r.Name)
 	sub := es.l.m.Subscribe(name)
 	defer sub.Close()
-	pctx, cancel := es.l.s.timeout(ctx)
-	res := es.l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpRegister, Name: r.Name})
-	cancel()
-	if res.Err != nil {
-		return ToGRPC(res.Err)
+	if _, err := es.l.do(ctx, &lock.Op{Kind: lock.OpRegister, Name: r.Name}); err != nil {
+		return err
 	}
 	var lastKey []byte
 	var lastMod int64

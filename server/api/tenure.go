@@ -79,13 +79,11 @@ func (n *nativeService) Unlock(ctx context.Context, r *tenurev1.UnlockRequest) (
 	// A lock op of its own rather than an etcd Txn (compare the create
 	// revision, then delete): the same check and delete, without the Txn
 	// request and response to encode, decode and apply on every member.
-	pctx, cancel := n.l.s.timeout(ctx)
-	res := n.l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpRelease, Name: r.Name, Lease: r.Lease, Epoch: uint64(r.Token)})
-	cancel()
-	if res.Err != nil {
-		return nil, ToGRPC(res.Err)
+	out, err := n.l.do(ctx, &lock.Op{Kind: lock.OpRelease, Name: r.Name, Lease: r.Lease, Epoch: uint64(r.Token)})
+	if err != nil {
+		return nil, err
 	}
-	rr := res.Lock.(*lock.ReleaseResult)
+	rr := out.(*lock.ReleaseResult)
 	return &tenurev1.UnlockResponse{Header: n.hdr(rr.Rev), Released: rr.Released}, nil
 }
 
@@ -178,11 +176,8 @@ func (n *nativeService) SetLockDelay(ctx context.Context, r *tenurev1.SetLockDel
 	if err := n.l.s.requireLeader(ctx); err != nil {
 		return nil, err
 	}
-	pctx, cancel := n.l.s.timeout(ctx)
-	defer cancel()
-	res := n.l.s.cfg.Applier.DoLock(pctx, &lock.Op{Kind: lock.OpSetDelay, Name: r.Name, DelayMs: r.DelayMs})
-	if res.Err != nil {
-		return nil, ToGRPC(res.Err)
+	if _, err := n.l.do(ctx, &lock.Op{Kind: lock.OpSetDelay, Name: r.Name, DelayMs: r.DelayMs}); err != nil {
+		return nil, err
 	}
 	return &tenurev1.SetLockDelayResponse{Header: n.hdr(0)}, nil
 }

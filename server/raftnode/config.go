@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"google.golang.org/grpc/credentials"
 )
 
 // Config configures a Node. Zero values of the tuning fields pick defaults.
@@ -44,11 +43,10 @@ type Config struct {
 	OnLeaderChange func(LeaderEvent) // called in order from one goroutine; must not block for long
 	// Observer, when set, receives disk sync, apply and snapshot timings.
 	Observer *Observer
-	// PeerCreds and PeerTLS secure the peer transport's outgoing
-	// connections (https:// peer URLs): PeerCreds its gRPC part (snapshots,
-	// Members), PeerTLS its raft streams. nil dials in plaintext.
-	PeerCreds credentials.TransportCredentials
-	PeerTLS   *tls.Config
+	// PeerTLS secures the peer transport's outgoing connections (https://
+	// peer URLs): its raft streams and its gRPC part (snapshots, Members).
+	// nil dials in plaintext.
+	PeerTLS *tls.Config
 	// Transport carries raft messages and snapshots between members. nil
 	// selects the peer transport (NewPeerTransport); tests inject MemNetwork's.
 	Transport Transport

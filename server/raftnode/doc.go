@@ -83,7 +83,7 @@
 // Observability: Config.Observer receives disk sync, apply and snapshot-send
 // timings (hot paths: callbacks must be cheap); syncs and applies over 100 ms
 // are logged ("slow fdatasync", "apply request took too long"). TLS for the
-// peer transport comes in through Config.PeerCreds.
+// peer transport comes in through Config.PeerTLS.
 //
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
 // ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,

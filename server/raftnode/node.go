@@ -136,7 +136,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.tr = cfg.Transport
 	if n.tr == nil {
-		n.peerTr = NewPeerTransport(PeerTransportConfig{Logger: n.log, Creds: cfg.PeerCreds, TLS: cfg.PeerTLS, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
+		n.peerTr = NewPeerTransport(PeerTransportConfig{Logger: n.log, TLS: cfg.PeerTLS, MaxMessageBytes: cfg.MaxRequestBytes + 1<<20})
 		n.tr = n.peerTr
 	}
 
@@ -772,14 +772,7 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 		// forwarder is full (the proposer's client times out and retries,
 		// exactly as when raft itself drops a proposal).
 		if n.isLeader.Load() {
-			if m = n.absorb(m); m == nil {
-				return nil
-			}
-			if m = n.deferForwarded(m); m == nil {
-				return nil
-			}
-			n.props.add(m.GetEntries()...)
-			n.rn.poke()
+			n.bufferForwarded(m)
 			return nil
 		}
 		select {
@@ -799,15 +792,8 @@ func (n *Node) forwardLoop() {
 	for {
 		select {
 		case m := <-n.fwdPropc:
-			if m = n.absorb(m); m == nil {
-				continue
-			}
-			if m = n.deferForwarded(m); m == nil {
-				continue
-			}
 			if n.isLeader.Load() { // became leader while it waited here
-				n.props.add(m.GetEntries()...)
-				n.rn.poke()
+				n.bufferForwarded(m)
 				continue
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), timeout)
@@ -817,6 +803,20 @@ func (n *Node) forwardLoop() {
 			return
 		}
 	}
+}
+
+// bufferForwarded hands a proposal forwarded to the leader to the
+// absorber, then the deferrer, and puts what they leave in the proposal
+// buffer. Nothing here waits.
+func (n *Node) bufferForwarded(m *raftpb.Message) {
+	if m = n.absorb(m); m == nil {
+		return
+	}
+	if m = n.deferForwarded(m); m == nil {
+		return
+	}
+	n.props.add(m.GetEntries()...)
+	n.rn.poke()
 }
 
 // absorb offers a forwarded proposal's entries to the state machine when it

@@ -80,10 +80,9 @@ var peerServiceDesc = grpc.ServiceDesc{
 // PeerTransportConfig configures the peer transport.
 type PeerTransportConfig struct {
 	Logger *slog.Logger
-	// Creds secures the gRPC part (snapshots, Members); TLS secures raft
-	// streams. Both nil: plaintext (http:// peer URLs).
-	Creds credentials.TransportCredentials
-	TLS   *tls.Config
+	// TLS secures raft streams and the gRPC part (snapshots, Members);
+	// nil: plaintext (http:// peer URLs).
+	TLS *tls.Config
 	// MaxMessageBytes bounds one raft message batch (a stream frame) and
 	// one gRPC message.
 	MaxMessageBytes int
@@ -120,8 +119,8 @@ type PeerTransport struct {
 }
 
 // NewPeerTransport creates a peer transport. Register it on the peer gRPC
-// server and serve raft streams with ServeStreams (ServePeerListener does
-// both on one listener).
+// server and serve its listener with ServePeerListener (raft streams and
+// gRPC on one listener).
 func NewPeerTransport(cfg PeerTransportConfig) *PeerTransport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -146,7 +145,7 @@ func ServePeerListener(l net.Listener, s *grpc.Server, t *PeerTransport) error {
 	rest := mux.Match(cmux.Any())
 	var wg sync.WaitGroup
 	wg.Add(2)
-	go func() { defer wg.Done(); _ = t.ServeStreams(streams) }()
+	go func() { defer wg.Done(); _ = t.serveStreams(streams) }()
 	go func() { defer wg.Done(); _ = s.Serve(rest) }()
 	err := mux.Serve()
 	wg.Wait() // both sub-listeners end when mux.Serve does
@@ -293,9 +292,9 @@ func (t *PeerTransport) dial(urls []string) (*grpc.ClientConn, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("raftnode: peer has no URLs")
 	}
-	creds := t.cfg.Creds
-	if creds == nil {
-		creds = insecure.NewCredentials()
+	creds := insecure.NewCredentials()
+	if t.cfg.TLS != nil {
+		creds = credentials.NewTLS(t.cfg.TLS)
 	}
 	return grpc.NewClient(target(urls[0]), grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.cfg.MaxMessageBytes), grpc.MaxCallSendMsgSize(t.cfg.MaxMessageBytes)))

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -146,22 +147,14 @@ func sender(t *testing.T, addr string, cfg PeerTransportConfig) (*PeerTransport,
 
 func waitConnected(t *testing.T, tr *PeerTransport, id uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, 10*time.Second, fmt.Sprintf("raft stream to %x to connect", id), func() bool {
 		tr.mu.Lock()
 		p := tr.peers[id]
 		tr.mu.Unlock()
 		p.mu.Lock()
-		up := p.conn != nil
-		p.mu.Unlock()
-		if up {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("raft stream to %x did not connect", id)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer p.mu.Unlock()
+		return p.conn != nil
+	})
 }
 
 // Messages sent in bursts over real raft streams arrive complete and in
@@ -367,30 +360,22 @@ func TestPeerTransportReconnectsAfterThePeerRestarts(t *testing.T) {
 	h2 := newRecorder()
 	recv2 := serveTransport(t, 2, h2, addr, PeerTransportConfig{})
 	defer recv2.stop(t)
-	if sh.unreachable.Load() == 0 {
-		// the broken stream is reported before or while it redials
-		deadline := time.Now().Add(10 * time.Second)
-		for sh.unreachable.Load() == 0 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
-		if sh.unreachable.Load() == 0 {
-			t.Fatal("a broken raft stream was not reported unreachable")
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(h2.received()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no message reached the restarted peer")
+	// The broken stream is reported before or while it redials.
+	waitFor(t, 10*time.Second, "the broken raft stream reported unreachable", func() bool { return sh.unreachable.Load() > 0 })
+	// Raft resends what a broken stream lost; here the test does.
+	waitFor(t, 10*time.Second, "a message to reach the restarted peer", func() bool {
+		if len(h2.received()) > 0 {
+			return true
 		}
 		send.Send([]*raftpb.Message{appMsg(2, 2, 10)})
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	if got := h2.received()[0].GetIndex(); got != 2 {
 		t.Fatalf("restarted peer got index %d, want 2", got)
 	}
 }
 
-// Stop ends the raft streams it serves and the ServeStreams loop ends with
+// Stop ends the raft streams it serves and the serveStreams loop ends with
 // the listener.
 func TestPeerTransportStopClosesServedStreams(t *testing.T) {
 	h := newRecorder()

@@ -100,6 +100,7 @@ func TestBufferedProposalAfterLosingLeadership(t *testing.T) {
 	c.propose(lead, []byte("warm-up"))
 	c.converge()
 	n := c.nodes[lead]
+	before := n.props.added.Load()
 	n.rn.mu.Lock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -107,7 +108,7 @@ func TestBufferedProposalAfterLosingLeadership(t *testing.T) {
 	go func() { errc <- n.Propose(ctx, []byte("orphan")) }()
 	// Taken by the Ready loop (blocked on the held RawNode) or still in
 	// the buffer: either way not yet stepped.
-	time.Sleep(50 * time.Millisecond)
+	waitFor(t, 10*time.Second, "proposal buffered", func() bool { return n.props.added.Load() == before+1 })
 	// The member stops leading before its Ready loop steps the proposal: a
 	// peer's message of a later term makes it a follower.
 	other := c.ids[(lead+1)%3]

@@ -423,10 +423,10 @@ func (p *streamPeer) dialURL(u string) (net.Conn, error) {
 	return conn, nil
 }
 
-// ServeStreams accepts raft streams on l (a listener that only yields
+// serveStreams accepts raft streams on l (a listener that only yields
 // connections opening with streamMagic, see ServePeerListener) until l is
 // closed.
-func (t *PeerTransport) ServeStreams(l net.Listener) error {
+func (t *PeerTransport) serveStreams(l net.Listener) error {
 	for {
 		c, err := l.Accept()
 		if err != nil {
