@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/apply"
@@ -225,6 +226,10 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	edge.Register(clientSrv)
 	edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays}).Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
+	// Server reflection lets grpcurl and similar tools call tenure.v1
+	// without a copy of the proto (etcd's own services are gogo-generated
+	// and only listed, not described).
+	reflection.Register(clientSrv)
 	peerSrv := grpc.NewServer(append(raftnode.PeerServerOptions(),
 		grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))...)
 	node.RegisterPeerService(peerSrv)
