@@ -93,6 +93,29 @@ func (g *globalFlags) commandCtx(cmd *cobra.Command) (context.Context, context.C
 	return context.WithTimeout(cmd.Context(), g.commandTimeout)
 }
 
+// request runs a one-request command: it connects, calls do under
+// --command-timeout and prints the response, as JSON with --write-out=json
+// and with text otherwise.
+func request[R any](g *globalFlags, cmd *cobra.Command, do func(context.Context, *clientv3.Client) (R, error), text func(*printer, R)) error {
+	c, err := g.newClient()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := g.commandCtx(cmd)
+	defer cancel()
+	resp, err := do(ctx, c)
+	if err != nil {
+		return err
+	}
+	p := g.printer(cmd)
+	if p.json {
+		return p.printJSON(resp)
+	}
+	text(p, resp)
+	return nil
+}
+
 // printer writes responses in the --write-out format.
 type printer struct {
 	w    io.Writer

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"errors"
 	"fmt"
 	"strconv"
@@ -35,33 +37,21 @@ func newMemberCmd(a *app, g *globalFlags) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.MemberList(ctx)
-			if err != nil {
-				return err
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			for _, m := range resp.Members {
-				status := "started"
-				if m.Name == "" {
-					status = "unstarted"
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.MemberListResponse, error) {
+				return c.MemberList(ctx)
+			}, func(p *printer, resp *clientv3.MemberListResponse) {
+				for _, m := range resp.Members {
+					status := "started"
+					if m.Name == "" {
+						status = "unstarted"
+					}
+					fmt.Fprintln(p.w, strings.Join([]string{
+						fmt.Sprintf("%x", m.ID), status, m.Name,
+						strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","),
+						strconv.FormatBool(m.IsLearner),
+					}, ", "))
 				}
-				fmt.Fprintln(p.w, strings.Join([]string{
-					fmt.Sprintf("%x", m.ID), status, m.Name,
-					strings.Join(m.PeerURLs, ","), strings.Join(m.ClientURLs, ","),
-					strconv.FormatBool(m.IsLearner),
-				}, ", "))
-			}
-			return nil
+			})
 		},
 	}
 	cmd.AddCommand(list)

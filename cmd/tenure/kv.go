@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"errors"
 	"fmt"
 	"os"
@@ -56,25 +58,13 @@ func newGetCmd(a *app, g *globalFlags) *cobra.Command {
 			if limit > 0 {
 				opts = append(opts, clientv3.WithLimit(limit))
 			}
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.Get(ctx, args[0], opts...)
-			if err != nil {
-				return err
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			for _, kv := range resp.Kvs {
-				p.kv(kv.Key, kv.Value)
-			}
-			return nil
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.GetResponse, error) {
+				return c.Get(ctx, args[0], opts...)
+			}, func(p *printer, resp *clientv3.GetResponse) {
+				for _, kv := range resp.Kvs {
+					p.kv(kv.Key, kv.Value)
+				}
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&prefix, "prefix", false, "get every key with prefix KEY")
@@ -108,23 +98,9 @@ func newPutCmd(a *app, g *globalFlags) *cobra.Command {
 			if lease != 0 {
 				opts = append(opts, clientv3.WithLease(lease))
 			}
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.Put(ctx, args[0], args[1], opts...)
-			if err != nil {
-				return err
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			fmt.Fprintln(p.w, "OK")
-			return nil
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.PutResponse, error) {
+				return c.Put(ctx, args[0], args[1], opts...)
+			}, func(p *printer, _ *clientv3.PutResponse) { fmt.Fprintln(p.w, "OK") })
 		},
 	}
 	cmd.Flags().StringVar(&leaseStr, "lease", "", "lease ID (hexadecimal) to attach the key to")
@@ -145,23 +121,9 @@ func newDelCmd(a *app, g *globalFlags) *cobra.Command {
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts := keyRangeOpts(args, prefix)
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.Delete(ctx, args[0], opts...)
-			if err != nil {
-				return err
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			fmt.Fprintln(p.w, resp.Deleted)
-			return nil
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.DeleteResponse, error) {
+				return c.Delete(ctx, args[0], opts...)
+			}, func(p *printer, resp *clientv3.DeleteResponse) { fmt.Fprintln(p.w, resp.Deleted) })
 		},
 	}
 	cmd.Flags().BoolVar(&prefix, "prefix", false, "delete every key with prefix KEY")
@@ -260,23 +222,9 @@ func newCompactCmd(a *app, g *globalFlags) *cobra.Command {
 			if physical {
 				opts = append(opts, clientv3.WithCompactPhysical())
 			}
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.Compact(ctx, rev, opts...)
-			if err != nil {
-				return err
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			fmt.Fprintln(p.w, "compacted revision", rev)
-			return nil
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.CompactResponse, error) {
+				return c.Compact(ctx, rev, opts...)
+			}, func(p *printer, _ *clientv3.CompactResponse) { fmt.Fprintln(p.w, "compacted revision", rev) })
 		},
 	}
 	cmd.Flags().BoolVar(&physical, "physical", false, "wait until the compaction is physically applied to the store")

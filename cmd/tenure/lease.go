@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+
 	"fmt"
 	"os"
 	"os/signal"
@@ -57,23 +59,15 @@ func newLeaseGrantCmd(g *globalFlags) *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.Grant(ctx, ttl)
-			if err != nil {
-				return fmt.Errorf("failed to grant lease (%v)", err)
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			fmt.Fprintf(p.w, "lease %016x granted with TTL(%ds)\n", resp.ID, resp.TTL)
-			return nil
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseGrantResponse, error) {
+				resp, err := c.Grant(ctx, ttl)
+				if err != nil {
+					return nil, fmt.Errorf("failed to grant lease (%v)", err)
+				}
+				return resp, nil
+			}, func(p *printer, resp *clientv3.LeaseGrantResponse) {
+				fmt.Fprintf(p.w, "lease %016x granted with TTL(%ds)\n", resp.ID, resp.TTL)
+			})
 		},
 	}
 }
@@ -85,23 +79,13 @@ func newLeaseRevokeCmd(g *globalFlags) *cobra.Command {
 		Short: "Revoke a lease, deleting every key attached to it",
 		Args:  oneLeaseID("revoke", &id),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.Revoke(ctx, id)
-			if err != nil {
-				return fmt.Errorf("failed to revoke lease (%v)", err)
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			fmt.Fprintf(p.w, "lease %016x revoked\n", id)
-			return nil
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseRevokeResponse, error) {
+				resp, err := c.Revoke(ctx, id)
+				if err != nil {
+					return nil, fmt.Errorf("failed to revoke lease (%v)", err)
+				}
+				return resp, nil
+			}, func(p *printer, _ *clientv3.LeaseRevokeResponse) { fmt.Fprintf(p.w, "lease %016x revoked\n", id) })
 		},
 	}
 }
@@ -169,35 +153,23 @@ func newLeaseTimeToLiveCmd(g *globalFlags) *cobra.Command {
 			if keys {
 				opts = append(opts, clientv3.WithAttachedKeys())
 			}
-			c, err := g.newClient()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := g.commandCtx(cmd)
-			defer cancel()
-			resp, err := c.TimeToLive(ctx, id, opts...)
-			if err != nil {
-				return err
-			}
-			p := g.printer(cmd)
-			if p.json {
-				return p.printJSON(resp)
-			}
-			if resp.GrantedTTL == 0 && resp.TTL == -1 {
-				fmt.Fprintf(p.w, "lease %016x already expired\n", resp.ID)
-				return nil
-			}
-			txt := fmt.Sprintf("lease %016x granted with TTL(%ds), remaining(%ds)", resp.ID, resp.GrantedTTL, resp.TTL)
-			if keys {
-				ks := make([]string, len(resp.Keys))
-				for i, k := range resp.Keys {
-					ks[i] = string(k)
+			return request(g, cmd, func(ctx context.Context, c *clientv3.Client) (*clientv3.LeaseTimeToLiveResponse, error) {
+				return c.TimeToLive(ctx, id, opts...)
+			}, func(p *printer, resp *clientv3.LeaseTimeToLiveResponse) {
+				if resp.GrantedTTL == 0 && resp.TTL == -1 {
+					fmt.Fprintf(p.w, "lease %016x already expired\n", resp.ID)
+					return
 				}
-				txt += fmt.Sprintf(", attached keys([%s])", strings.Join(ks, " "))
-			}
-			fmt.Fprintln(p.w, txt)
-			return nil
+				txt := fmt.Sprintf("lease %016x granted with TTL(%ds), remaining(%ds)", resp.ID, resp.GrantedTTL, resp.TTL)
+				if keys {
+					ks := make([]string, len(resp.Keys))
+					for i, k := range resp.Keys {
+						ks[i] = string(k)
+					}
+					txt += fmt.Sprintf(", attached keys([%s])", strings.Join(ks, " "))
+				}
+				fmt.Fprintln(p.w, txt)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&keys, "keys", false, "also list the keys attached to the lease")

@@ -659,12 +659,7 @@ func (w *Waiter) C() <-chan Note { return w.c }
 func (m *Machine) WaitKey(key string) *Waiter {
 	w := &Waiter{m: m, key: key, c: make(chan Note, 8)}
 	m.mu.Lock()
-	set := m.waiters[key]
-	if set == nil {
-		set = map[*Waiter]struct{}{}
-		m.waiters[key] = set
-	}
-	set[w] = struct{}{}
+	addToSet(m.waiters, key, w)
 	m.mu.Unlock()
 	return w
 }
@@ -672,13 +667,27 @@ func (m *Machine) WaitKey(key string) *Waiter {
 // Close unregisters w.
 func (w *Waiter) Close() {
 	w.m.mu.Lock()
-	if set := w.m.waiters[w.key]; set != nil {
-		delete(set, w)
+	removeFromSet(w.m.waiters, w.key, w)
+	w.m.mu.Unlock()
+}
+
+// addToSet and removeFromSet keep a map of sets without empty sets.
+func addToSet[K, V comparable](sets map[K]map[V]struct{}, k K, v V) {
+	set := sets[k]
+	if set == nil {
+		set = map[V]struct{}{}
+		sets[k] = set
+	}
+	set[v] = struct{}{}
+}
+
+func removeFromSet[K, V comparable](sets map[K]map[V]struct{}, k K, v V) {
+	if set := sets[k]; set != nil {
+		delete(set, v)
 		if len(set) == 0 {
-			delete(w.m.waiters, w.key)
+			delete(sets, k)
 		}
 	}
-	w.m.mu.Unlock()
 }
 
 // Sub receives every note about one lock.
@@ -703,12 +712,7 @@ func (s *Sub) overflow() { s.once.Do(func() { close(s.done) }) }
 func (m *Machine) Subscribe(name string) *Sub {
 	s := &Sub{m: m, name: name, c: make(chan Note, 256), done: make(chan struct{})}
 	m.mu.Lock()
-	set := m.subs[name]
-	if set == nil {
-		set = map[*Sub]struct{}{}
-		m.subs[name] = set
-	}
-	set[s] = struct{}{}
+	addToSet(m.subs, name, s)
 	m.mu.Unlock()
 	return s
 }
@@ -716,12 +720,7 @@ func (m *Machine) Subscribe(name string) *Sub {
 // Close unregisters s.
 func (s *Sub) Close() {
 	s.m.mu.Lock()
-	if set := s.m.subs[s.name]; set != nil {
-		delete(set, s)
-		if len(set) == 0 {
-			delete(s.m.subs, s.name)
-		}
-	}
+	removeFromSet(s.m.subs, s.name, s)
 	s.m.mu.Unlock()
 }
 
