@@ -65,28 +65,9 @@ func (w *registers) run(ctx context.Context) {
 				}
 				opCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				call := w.rec.Now()
-				var out lincheck.Output
-				var err error
-				switch in.Kind {
-				case lincheck.OpPut:
-					_, err = cli.Put(opCtx, key, in.Value)
-				case lincheck.OpGet:
-					var resp *clientv3.GetResponse
-					if resp, err = cli.Get(opCtx, key); err == nil && len(resp.Kvs) > 0 {
-						out.Value = string(resp.Kvs[0].Value)
-					}
-					if err == nil {
-						lastSeen[key] = out.Value
-					}
-				case lincheck.OpCAS:
-					cmp := clientv3.Compare(clientv3.Value(key), "=", in.Expect)
-					if in.Expect == "" {
-						cmp = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-					}
-					var resp *clientv3.TxnResponse
-					if resp, err = cli.Txn(opCtx).If(cmp).Then(clientv3.OpPut(key, in.Value)).Commit(); err == nil {
-						out.Succeeded = resp.Succeeded
-					}
+				out, err := lincheck.Run(opCtx, cli, in)
+				if err == nil && in.Kind == lincheck.OpGet {
+					lastSeen[key] = out.Value
 				}
 				cancel()
 				if ctx.Err() != nil && err != nil {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/tenure-io/tenure/test/lincheck"
 )
 
@@ -50,26 +48,9 @@ func TestLinearizableUnderLeaderKill(t *testing.T) {
 				}
 				opCtx, cancel := context.WithTimeout(runCtx, time.Second)
 				call := rec.Now()
-				var out lincheck.Output
-				var err error
-				switch in.Kind {
-				case lincheck.OpPut:
-					_, err = cli.Put(opCtx, key, in.Value)
-				case lincheck.OpGet:
-					var r *clientv3.GetResponse
-					if r, err = cli.Get(opCtx, key); err == nil && len(r.Kvs) > 0 {
-						out.Value = string(r.Kvs[0].Value)
-					}
+				out, err := lincheck.Run(opCtx, cli, in)
+				if in.Kind == lincheck.OpGet {
 					lastSeen[key] = out.Value
-				case lincheck.OpCAS:
-					cmp := clientv3.Compare(clientv3.Value(key), "=", in.Expect)
-					if in.Expect == "" {
-						cmp = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-					}
-					var r *clientv3.TxnResponse
-					if r, err = cli.Txn(opCtx).If(cmp).Then(clientv3.OpPut(key, in.Value)).Commit(); err == nil {
-						out.Succeeded = r.Succeeded
-					}
 				}
 				cancel()
 				if err != nil {
