@@ -186,6 +186,19 @@ func (ls *lockService) Unlock(ctx context.Context, r *v3lockpb.UnlockRequest) (*
 	if len(r.Key) == 0 {
 		return nil, rpcEmptyKey()
 	}
+	// A key Lock handed out is deleted by a lock entry of its own: the same
+	// delete as etcd's DeleteRange of that one key, without the etcd
+	// request and response to encode, decode and apply on every member.
+	if name, lease, ok := lock.ParseKey(r.Key); ok {
+		if err := ls.l.s.requireLeader(ctx); err != nil {
+			return nil, err
+		}
+		out, err := ls.l.do(ctx, &lock.Op{Kind: lock.OpDelete, Name: name, Lease: lease})
+		if err != nil {
+			return nil, err
+		}
+		return &v3lockpb.UnlockResponse{Header: ls.l.header(out.(*lock.ReleaseResult).Rev)}, nil
+	}
 	res, err := ls.l.s.do(ctx, &pb.InternalRaftRequest{DeleteRange: &pb.DeleteRangeRequest{Key: r.Key}})
 	if err != nil {
 		return nil, err

@@ -473,6 +473,21 @@ func KeyFor(name []byte, lease int64) string {
 	return string(strconv.AppendInt(b, lease, 16)) // fmt's %x of an int64, without fmt
 }
 
+// ParseKey splits a waiter key made by KeyFor into the lock name and the
+// lease; ok is false for any other key (not in KeyFor's exact form, or
+// with an invalid name or lease 0).
+func ParseKey(key []byte) (name []byte, lease int64, ok bool) {
+	i := bytes.LastIndexByte(key, '/')
+	if i < 0 {
+		return nil, 0, false
+	}
+	lease, err := strconv.ParseInt(string(key[i+1:]), 16, 64)
+	if err != nil || lease == 0 || ValidName(key[:i]) != nil || KeyFor(key[:i], lease) != string(key) {
+		return nil, 0, false
+	}
+	return key[:i], lease, true
+}
+
 // ValidName checks a lock name.
 func ValidName(name []byte) error {
 	if len(name) == 0 || len(name) > MaxNameBytes || bytes.IndexByte(name, 0) >= 0 {
@@ -517,7 +532,7 @@ func (m *Machine) Apply(env Env, payload []byte) (uint64, any, error) {
 		m.markDirty(q)
 		m.settle(m.kvRev())
 		return op.ReqID, m.result(q, nil), nil
-	case OpRelease:
+	case OpRelease, OpDelete:
 		return op.ReqID, m.release(env, op), nil
 	case OpEndDelay:
 		q := m.locks[name]
@@ -581,8 +596,11 @@ func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) 
 func (m *Machine) release(env Env, op *Op) *ReleaseResult {
 	t := env.Begin()
 	held := false
-	if op.Epoch != 0 {
-		held, _ = t.DeleteAt([]byte(KeyFor(op.Name, op.Lease)), int64(op.Epoch))
+	switch key := []byte(KeyFor(op.Name, op.Lease)); {
+	case op.Kind == OpDelete:
+		held, _ = t.DeleteKey(key)
+	case op.Epoch != 0:
+		held, _ = t.DeleteAt(key, int64(op.Epoch))
 	}
 	m.mu.Unlock()
 	rev := env.End(t) // Observe runs here (it takes m.mu)

@@ -173,15 +173,59 @@ func (h *harness) owner(name string) Owner { return h.m.Get(name, 0).Owner }
 
 func (h *harness) release(name string, lease, token int64) *ReleaseResult {
 	h.t.Helper()
+	return h.applyRelease(&Op{Kind: OpRelease, Name: []byte(name), Lease: lease, Epoch: uint64(token)})
+}
+
+func (h *harness) applyRelease(op *Op) *ReleaseResult {
+	h.t.Helper()
 	var res any
 	var err error
-	h.entry(func(e henv) {
-		_, res, err = h.m.Apply(e, (&Op{Kind: OpRelease, Name: []byte(name), Lease: lease, Epoch: uint64(token)}).Marshal())
-	})
+	h.entry(func(e henv) { _, res, err = h.m.Apply(e, op.Marshal()) })
 	if err != nil {
-		h.t.Fatalf("release %s %x: %v", name, lease, err)
+		h.t.Fatalf("%+v: %v", op, err)
 	}
 	return res.(*ReleaseResult)
+}
+
+// OpDelete (etcd's v3lock Unlock) deletes the key whatever its create
+// revision and hands the lock to the next waiter in the same apply; a key
+// that is gone is reported not released at the current revision.
+func TestDeleteHandsOff(t *testing.T) {
+	h := newHarness(t)
+	h.grant(0x1, 0x2)
+	a := h.acquire("d", 0x1)
+	b := h.acquire("d", 0x2)
+	w := h.m.WaitKey(b.Key)
+	defer w.Close()
+	r := h.applyRelease(&Op{Kind: OpDelete, Name: []byte("d"), Lease: 0x1})
+	if !r.Released || r.Rev <= b.Token {
+		t.Fatalf("delete of the owner key %s: %+v", a.Key, r)
+	}
+	if n, ok := recv(t, w); !ok || n.Kind != NoteGranted || n.Rev != r.Rev {
+		t.Fatalf("next waiter got %+v (%v), want a grant at the delete's revision %d", n, ok, r.Rev)
+	}
+	if o := h.owner("d"); o.Key != b.Key {
+		t.Fatalf("owner %+v, want %s", o, b.Key)
+	}
+	again := h.applyRelease(&Op{Kind: OpDelete, Name: []byte("d"), Lease: 0x1})
+	if again.Released || again.Rev != r.Rev {
+		t.Fatalf("second delete: %+v, want not released at revision %d", again, r.Rev)
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	for _, lease := range []int64{1, 0xabc, 0x7fffffffffffffff} {
+		key := KeyFor([]byte("a/b"), lease)
+		name, got, ok := ParseKey([]byte(key))
+		if !ok || string(name) != "a/b" || got != lease {
+			t.Errorf("ParseKey(%q) = %q, %x, %v", key, name, got, ok)
+		}
+	}
+	for _, key := range []string{"", "nolease", "/1", "n/", "n/0", "n/01", "n/ABC", "n/xyz", "n/1 ", "n\x00/1"} {
+		if _, _, ok := ParseKey([]byte(key)); ok {
+			t.Errorf("ParseKey(%q) accepted a key KeyFor does not make", key)
+		}
+	}
 }
 
 // OpRelease deletes the key only at its token, and the next waiter is

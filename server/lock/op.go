@@ -15,6 +15,7 @@ const (
 	OpSetDelay OpKind = 3 // set the lock-delay of a lock
 	OpEndDelay OpKind = 4 // leader: the lock-delay started at Epoch is over
 	OpRelease  OpKind = 5 // delete name/<lease hex> if its create revision is Epoch (the token)
+	OpDelete   OpKind = 6 // delete name/<lease hex> whatever its create revision (etcd's v3lock Unlock)
 )
 
 // Op flags.

@@ -281,6 +281,16 @@ func (t *Txn) DeleteAt(key []byte, createRev int64) (bool, error) {
 	return true, t.deleteKV(prev)
 }
 
+// DeleteKey deletes key if it exists, in this txn's revision; it reports
+// whether it did.
+func (t *Txn) DeleteKey(key []byte) (bool, error) {
+	prev, err := t.latest(key)
+	if err != nil || prev == nil {
+		return false, err
+	}
+	return true, t.deleteKV(prev)
+}
+
 // DeleteKeys deletes those of keys that exist (lease revoke), in sorted
 // order, in this txn's revision. A storage failure here panics: the apply
 // loop cannot continue deterministically after it.

@@ -487,3 +487,78 @@ func TestElectionServices(t *testing.T) {
 		t.Fatalf("Leader: %v %v", l, err)
 	}
 }
+
+// TestV3LockUnlockDeletesAnyKey: etcd's v3lock Unlock deletes the key it is
+// given, whatever it is. A key Lock handed out goes through a lock entry of
+// its own (and hands the lock off); any other key through DeleteRange. Both
+// answer with the revision of the delete, or the current one when the key
+// is already gone.
+func TestV3LockUnlockDeletesAnyKey(t *testing.T) {
+	_, lc := startLocks(t, 1)
+	ctx := testCtx(t, 30*time.Second)
+	lease := grantLease(t, ctx, lc.cli, 60)
+	rev := func() int64 {
+		t.Helper()
+		r, err := lc.cli.Get(ctx, "any")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Header.Revision
+	}
+	gone := func(key string) {
+		t.Helper()
+		if r, err := lc.cli.Get(ctx, key); err != nil || len(r.Kvs) != 0 {
+			t.Fatalf("%s after Unlock: %v %v", key, r, err)
+		}
+	}
+
+	held, err := lc.lock.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("u"), Lease: int64(lease)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease2 := grantLease(t, ctx, lc.cli, 60)
+	next := make(chan *v3lockpb.LockResponse, 1)
+	go func() {
+		r, err := lc.lock.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("u"), Lease: int64(lease2)})
+		if err != nil {
+			t.Error(err)
+		}
+		next <- r
+	}()
+	waitQueueLength(t, ctx, lc, []byte("u"), 2, "second v3lock waiter queued")
+	un, err := lc.lock.Unlock(ctx, &v3lockpb.UnlockRequest{Key: held.Key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if un.Header.Revision != rev() {
+		t.Errorf("Unlock of the owner key answered revision %d, the store is at %d", un.Header.Revision, rev())
+	}
+	gone(string(held.Key))
+	select {
+	case r := <-next:
+		if r == nil || r.Header.Revision != un.Header.Revision {
+			t.Fatalf("next owner %+v, want the grant at the unlock's revision %d", r, un.Header.Revision)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiter was not granted after Unlock")
+	}
+	again, err := lc.lock.Unlock(ctx, &v3lockpb.UnlockRequest{Key: held.Key})
+	if err != nil || again.Header.Revision != un.Header.Revision {
+		t.Fatalf("Unlock of a deleted key: %v %v, want success at revision %d", again, err, un.Header.Revision)
+	}
+
+	for _, key := range []string{"plain", "u/0001", "u/XYZ"} {
+		if _, err := lc.cli.Put(ctx, key, "v"); err != nil {
+			t.Fatal(err)
+		}
+		before := rev()
+		r, err := lc.lock.Unlock(ctx, &v3lockpb.UnlockRequest{Key: []byte(key)})
+		if err != nil {
+			t.Fatalf("Unlock %q: %v", key, err)
+		}
+		if r.Header.Revision != before+1 {
+			t.Errorf("Unlock %q answered revision %d, want %d", key, r.Header.Revision, before+1)
+		}
+		gone(key)
+	}
+}
