@@ -158,7 +158,7 @@ func Start(t TB, opts Options) *Cluster {
 	if opts.Proxied {
 		nports = 4 * opts.Size
 	}
-	ports := freePorts(t, nports)
+	ports := FreeAddrs(t, nports)
 	for i := 0; i < opts.Size; i++ {
 		m := &Member{
 			Index:        i,
@@ -208,9 +208,9 @@ func Start(t TB, opts Options) *Cluster {
 	return c
 }
 
-// freePorts reserves n distinct loopback ports (held open together so they
-// are distinct, then released for the servers to bind).
-func freePorts(t TB, n int) []string {
+// FreeAddrs reserves n distinct loopback addresses (held open together so
+// they are distinct, then released for the servers to bind).
+func FreeAddrs(t TB, n int) []string {
 	var lns []net.Listener
 	var out []string
 	for i := 0; i < n; i++ {

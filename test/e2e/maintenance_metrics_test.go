@@ -161,7 +161,7 @@ func TestMetricsHealthAndSlowSync(t *testing.T) {
 // its own port.
 func TestMetricsURL(t *testing.T) {
 	c := newProcCluster(t, procOptions{Size: 1})
-	addr := freeAddrs(t, 1)[0]
+	addr := cluster.FreeAddrs(t, 1)[0]
 	c.startAll("--listen-metrics-urls", "http://"+addr)
 	ctx := testCtx(t, 30*time.Second)
 	if err := c.waitReady(ctx, nil); err != nil {

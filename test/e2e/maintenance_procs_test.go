@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,24 +44,6 @@ type procOptions struct {
 	ExtraArgs []string
 }
 
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var lns []net.Listener
-	var out []string
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().String())
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return out
-}
-
 // newProcCluster lays out a cluster without starting it.
 func newProcCluster(t *testing.T, o procOptions) *procCluster {
 	t.Helper()
@@ -77,7 +58,7 @@ func newProcCluster(t *testing.T, o procOptions) *procCluster {
 	}
 	c := &procCluster{t: t, bin: cluster.TenureBinary(t), scheme: o.Scheme, token: o.Token}
 	base := t.TempDir()
-	addrs := freeAddrs(t, 2*o.Size)
+	addrs := cluster.FreeAddrs(t, 2*o.Size)
 	for i := 0; i < o.Size; i++ {
 		c.names = append(c.names, fmt.Sprintf("n%d", i))
 		dd := filepath.Join(base, fmt.Sprintf("n%d", i))

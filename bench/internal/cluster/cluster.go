@@ -69,18 +69,25 @@ var ErrExited = errors.New("member exited")
 // another process between our probe and its bind) is retried with new ports;
 // a cluster that runs but finds no leader within ReadyTimeout is not.
 func Start(ctx context.Context, sys System, dir string, o Options) (*Cluster, error) {
+	return retryExited(ctx, dir, func(try string) (*Cluster, error) { return start(ctx, sys, try, o) })
+}
+
+// retryExited runs start in dir/try0, dir/try1, … up to three times while
+// it fails with ErrExited (a member lost its port to another process).
+func retryExited[T any](ctx context.Context, dir string, start func(try string) (T, error)) (T, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		c, err := start(ctx, sys, filepath.Join(dir, fmt.Sprintf("try%d", attempt)), o)
+		v, err := start(filepath.Join(dir, fmt.Sprintf("try%d", attempt)))
 		if err == nil {
-			return c, nil
+			return v, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil || !errors.Is(err, ErrExited) {
 			break
 		}
 	}
-	return nil, lastErr
+	var zero T
+	return zero, lastErr
 }
 
 func freePorts(n int) ([]int, error) {

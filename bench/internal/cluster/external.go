@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,18 +107,7 @@ func StartZooKeeper(ctx context.Context, label, dir string, size int) (*External
 	if _, err := os.Stat(ZooKeeperJar); err != nil {
 		return nil, fmt.Errorf("ZooKeeper not installed (make refsys installs Debian's zookeeper): %w", err)
 	}
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		e, err := startZK(ctx, label, filepath.Join(dir, fmt.Sprintf("try%d", attempt)), size)
-		if err == nil {
-			return e, nil
-		}
-		lastErr = err
-		if ctx.Err() != nil || !errors.Is(err, ErrExited) {
-			break
-		}
-	}
-	return nil, lastErr
+	return retryExited(ctx, dir, func(try string) (*External, error) { return startZK(ctx, label, try, size) })
 }
 
 func startZK(ctx context.Context, label, dir string, size int) (*External, error) {
