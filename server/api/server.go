@@ -123,11 +123,9 @@ func (s *Server) timeout(ctx context.Context) (context.Context, context.CancelFu
 // requireLeader fails fast, as etcd does, when the client asked for a leader
 // (clientv3.WithRequireLeader) and this member knows none.
 func (s *Server) requireLeader(ctx context.Context) error {
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader {
-			if lead, _ := s.cfg.Node.LeaderTerm(); lead == 0 {
-				return rpctypes.ErrGRPCNoLeader
-			}
+	if wantsLeader(ctx) {
+		if lead, _ := s.cfg.Node.LeaderTerm(); lead == 0 {
+			return rpctypes.ErrGRPCNoLeader
 		}
 	}
 	return nil
@@ -429,7 +427,9 @@ func (s *Server) keepAliveConcurrent(stream pb.Lease_LeaseKeepAliveServer, first
 }
 
 // wantsLeader reports whether the client asked for a leader
-// (clientv3.WithRequireLeader), as requireLeader reads it.
+// (clientv3.WithRequireLeader). ValueFromIncomingContext reads the one key
+// where FromIncomingContext would copy the whole metadata map, on every
+// request.
 func wantsLeader(ctx context.Context) bool {
 	v := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataRequireLeaderKey)
 	return len(v) > 0 && v[0] == rpctypes.MetadataHasLeader
@@ -604,7 +604,7 @@ func (s *Server) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) 
 
 // countForwarded counts a request another member forwarded here.
 func (s *Server) countForwarded(ctx context.Context) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+	if isForwarded(ctx) {
 		s.forwardedIn.Add(1)
 	}
 }
@@ -616,10 +616,14 @@ func (s *Server) ForwardedMembershipRequests() uint64 { return s.forwardedIn.Loa
 // forwardedKey marks a request forwarded by another member (no second hop).
 const forwardedKey = "tenure-forwarded"
 
+func isForwarded(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, forwardedKey)) > 0
+}
+
 // forwardPromote sends a MemberPromote to the leader's client URL. Without
 // a usable leader URL (see dialMember) it answers etcd's "not leader".
 func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+	if isForwarded(ctx) {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
 	lead := s.cfg.Node.Status().Leader
@@ -668,7 +672,7 @@ func dialMember(m raftnode.Member, tlsCreds credentials.TransportCredentials) *g
 // leader when that is another member; see dialMember for which URLs). ok is false when no other
 // member could be asked, and the caller proposes the removal itself.
 func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error, bool) {
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
+	if isForwarded(ctx) {
 		return nil, nil, false
 	}
 	self := s.cfg.Node.ID()

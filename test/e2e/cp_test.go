@@ -2,10 +2,20 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	v3lockpb "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // Without a quorum a linearizable read fails with an error within its
@@ -51,6 +61,39 @@ func TestNoQuorumNoAnswer(t *testing.T) {
 		if el > reqTimeout+time.Second {
 			t.Errorf("%s without quorum took %v, want an error within %v", op, el, reqTimeout)
 		}
+	}
+	// A client that asked for a leader (clientv3.WithRequireLeader) is told
+	// at once that there is none, for writes, reads and lock calls alike,
+	// once the member has noticed (its election timeout). A plain gRPC
+	// connection: clientv3's interceptor retries a read on Unavailable.
+	conn, err := grpc.NewClient(strings.TrimPrefix(c.Endpoint(remaining), "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	kv := pb.NewKVClient(conn)
+	for _, op := range []string{"put", "get", "lock"} {
+		eventually(t, 10*time.Second, op+" asking for a leader answers no leader", func() error {
+			rctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader), reqTimeout)
+			defer cancel()
+			begin := time.Now()
+			var err error
+			switch op {
+			case "put":
+				_, err = kv.Put(rctx, &pb.PutRequest{Key: []byte("/cp"), Value: []byte("v2")})
+			case "get":
+				_, err = kv.Range(rctx, &pb.RangeRequest{Key: []byte("/cp")})
+			default:
+				_, err = v3lockpb.NewLockClient(conn).Lock(rctx, &v3lockpb.LockRequest{Name: []byte("cp"), Lease: 1})
+			}
+			if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != rpctypes.ErrNoLeader.Error() {
+				return fmt.Errorf("got %v", err)
+			}
+			if el := time.Since(begin); el > reqTimeout/2 {
+				t.Errorf("%s: no leader after %v, want it at once", op, el)
+			}
+			return nil
+		})
 	}
 	c.Resume(0)
 	c.Resume(1)
