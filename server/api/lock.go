@@ -69,9 +69,6 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	if err := lock.ValidName(name); err != nil {
 		return nil, ToGRPC(err)
 	}
-	if err := l.s.requireLeader(ctx); err != nil {
-		return nil, err
-	}
 	key := lock.KeyFor(name, lease)
 	w := l.m.WaitKey(key) // before proposing: the grant may come with the acquire
 	defer w.Close()
@@ -104,12 +101,19 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	}
 }
 
-// do proposes a lock op (within the request timeout) and returns the lock
-// machine's answer, errors mapped for gRPC.
+// do proposes a lock op as Server.do proposes an etcd request: it fails
+// fast without a leader when the client asked for one, waits within the
+// request timeout and is counted in the proposal metrics. It returns the
+// lock machine's answer, errors mapped for gRPC.
 func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
+	if err := l.s.requireLeader(ctx); err != nil {
+		return nil, err
+	}
 	pctx, cancel := l.s.timeout(ctx)
 	defer cancel()
+	l.s.props.pending.Add(1)
 	res := l.s.cfg.Applier.DoLock(pctx, op)
+	l.s.props.done(res.Err)
 	if res.Err != nil {
 		return nil, ToGRPC(res.Err)
 	}
@@ -190,9 +194,6 @@ func (ls *lockService) Unlock(ctx context.Context, r *v3lockpb.UnlockRequest) (*
 	// delete as etcd's DeleteRange of that one key, without the etcd
 	// request and response to encode, decode and apply on every member.
 	if name, lease, ok := lock.ParseKey(r.Key); ok {
-		if err := ls.l.s.requireLeader(ctx); err != nil {
-			return nil, err
-		}
 		out, err := ls.l.do(ctx, &lock.Op{Kind: lock.OpDelete, Name: name, Lease: lease})
 		if err != nil {
 			return nil, err

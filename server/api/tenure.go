@@ -73,9 +73,6 @@ func (n *nativeService) Unlock(ctx context.Context, r *tenurev1.UnlockRequest) (
 	if r.Lease == 0 {
 		return nil, ToGRPC(lock.ErrLeaseRequired)
 	}
-	if err := n.l.s.requireLeader(ctx); err != nil {
-		return nil, err
-	}
 	// A lock op of its own rather than an etcd Txn (compare the create
 	// revision, then delete): the same check and delete, without the Txn
 	// request and response to encode, decode and apply on every member.
@@ -172,9 +169,6 @@ func (n *nativeService) SetLockDelay(ctx context.Context, r *tenurev1.SetLockDel
 	}
 	if r.DelayMs < 0 || r.DelayMs > lock.MaxDelayMs {
 		return nil, ToGRPC(lock.ErrDelayTooLong)
-	}
-	if err := n.l.s.requireLeader(ctx); err != nil {
-		return nil, err
 	}
 	if _, err := n.l.do(ctx, &lock.Op{Kind: lock.OpSetDelay, Name: r.Name, DelayMs: r.DelayMs}); err != nil {
 		return nil, err

@@ -596,11 +596,17 @@ func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) 
 func (m *Machine) release(env Env, op *Op) *ReleaseResult {
 	t := env.Begin()
 	held := false
+	var err error
 	switch key := []byte(KeyFor(op.Name, op.Lease)); {
 	case op.Kind == OpDelete:
-		held, _ = t.DeleteKey(key)
+		held, err = t.DeleteKey(key)
 	case op.Epoch != 0:
-		held, _ = t.DeleteAt(key, int64(op.Epoch))
+		held, err = t.DeleteAt(key, int64(op.Epoch))
+	}
+	if err != nil {
+		// Every member must apply the entry alike; one that cannot read or
+		// stage its own store must stop, not answer "not released".
+		panic(fmt.Sprintf("tenure: lock: release %s: %v", KeyFor(op.Name, op.Lease), err))
 	}
 	m.mu.Unlock()
 	rev := env.End(t) // Observe runs here (it takes m.mu)

@@ -187,26 +187,40 @@ func (h *harness) applyRelease(op *Op) *ReleaseResult {
 	return res.(*ReleaseResult)
 }
 
+// queueOfTwo makes lease 0x1 the owner of name and lease 0x2 its waiter,
+// and watches the waiter's key.
+func (h *harness) queueOfTwo(name string) (owner, next *AcquireResult, w *Waiter) {
+	h.grant(0x1, 0x2)
+	owner = h.acquire(name, 0x1)
+	next = h.acquire(name, 0x2)
+	w = h.m.WaitKey(next.Key)
+	h.t.Cleanup(w.Close)
+	return owner, next, w
+}
+
+// expectHandedOff checks that r removed the owner key and that the same
+// apply granted next, at r's revision.
+func (h *harness) expectHandedOff(name string, r *ReleaseResult, w *Waiter, next *AcquireResult) {
+	h.t.Helper()
+	if !r.Released || r.Rev <= next.Token {
+		h.t.Fatalf("release of %s's owner: %+v", name, r)
+	}
+	if n, ok := recv(h.t, w); !ok || n.Kind != NoteGranted || n.Rev != r.Rev {
+		h.t.Fatalf("next waiter got %+v (%v), want a grant at the release's revision %d", n, ok, r.Rev)
+	}
+	if o := h.owner(name); o.Key != next.Key {
+		h.t.Fatalf("owner %+v, want %s", o, next.Key)
+	}
+}
+
 // OpDelete (etcd's v3lock Unlock) deletes the key whatever its create
 // revision and hands the lock to the next waiter in the same apply; a key
 // that is gone is reported not released at the current revision.
 func TestDeleteHandsOff(t *testing.T) {
 	h := newHarness(t)
-	h.grant(0x1, 0x2)
-	a := h.acquire("d", 0x1)
-	b := h.acquire("d", 0x2)
-	w := h.m.WaitKey(b.Key)
-	defer w.Close()
+	_, b, w := h.queueOfTwo("d")
 	r := h.applyRelease(&Op{Kind: OpDelete, Name: []byte("d"), Lease: 0x1})
-	if !r.Released || r.Rev <= b.Token {
-		t.Fatalf("delete of the owner key %s: %+v", a.Key, r)
-	}
-	if n, ok := recv(t, w); !ok || n.Kind != NoteGranted || n.Rev != r.Rev {
-		t.Fatalf("next waiter got %+v (%v), want a grant at the delete's revision %d", n, ok, r.Rev)
-	}
-	if o := h.owner("d"); o.Key != b.Key {
-		t.Fatalf("owner %+v, want %s", o, b.Key)
-	}
+	h.expectHandedOff("d", r, w, b)
 	again := h.applyRelease(&Op{Kind: OpDelete, Name: []byte("d"), Lease: 0x1})
 	if again.Released || again.Rev != r.Rev {
 		t.Fatalf("second delete: %+v, want not released at revision %d", again, r.Rev)
@@ -233,11 +247,7 @@ func TestParseKey(t *testing.T) {
 // the machine does not track (plain-KV keys only) is released alike.
 func TestReleaseAtToken(t *testing.T) {
 	h := newHarness(t)
-	h.grant(0x1, 0x2)
-	a := h.acquire("r", 0x1)
-	b := h.acquire("r", 0x2)
-	w := h.m.WaitKey(b.Key)
-	defer w.Close()
+	a, b, w := h.queueOfTwo("r")
 	for _, tok := range []int64{0, a.Token - 1, a.Token + 1, b.Token} {
 		if r := h.release("r", 0x1, tok); r.Released {
 			t.Fatalf("released at token %d, the key's is %d", tok, a.Token)
@@ -246,16 +256,7 @@ func TestReleaseAtToken(t *testing.T) {
 	if o := h.owner("r"); o.Key != a.Key {
 		t.Fatalf("owner %+v after refused releases, want %s", o, a.Key)
 	}
-	r := h.release("r", 0x1, a.Token)
-	if !r.Released || r.Rev <= a.Token {
-		t.Fatalf("release at the token: %+v", r)
-	}
-	if n, ok := recv(t, w); !ok || n.Kind != NoteGranted || n.Rev != r.Rev {
-		t.Fatalf("next waiter got %+v (%v), want a grant at the release's revision %d", n, ok, r.Rev)
-	}
-	if o := h.owner("r"); o.Key != b.Key {
-		t.Fatalf("owner %+v, want %s", o, b.Key)
-	}
+	h.expectHandedOff("r", h.release("r", 0x1, a.Token), w, b)
 
 	// A key no service call registered.
 	h.put(KeyFor([]byte("plain"), 0x1), 0x1)

@@ -274,18 +274,19 @@ func (t *Txn) DeleteRange(req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, 
 // lock release at its fencing token) and reports whether it did: one index
 // lookup, where Range then DeleteRange would each scan the index.
 func (t *Txn) DeleteAt(key []byte, createRev int64) (bool, error) {
-	prev, err := t.latest(key)
-	if err != nil || prev == nil || prev.CreateRevision != createRev {
-		return false, err
-	}
-	return true, t.deleteKV(prev)
+	return t.deleteLatest(key, createRev)
 }
 
 // DeleteKey deletes key if it exists, in this txn's revision; it reports
 // whether it did.
-func (t *Txn) DeleteKey(key []byte) (bool, error) {
+func (t *Txn) DeleteKey(key []byte) (bool, error) { return t.deleteLatest(key, 0) }
+
+// deleteLatest deletes key's live version if there is one and, unless
+// createRev is 0 (no live key has create revision 0), it was created at
+// createRev.
+func (t *Txn) deleteLatest(key []byte, createRev int64) (bool, error) {
 	prev, err := t.latest(key)
-	if err != nil || prev == nil {
+	if err != nil || prev == nil || (createRev != 0 && prev.CreateRevision != createRev) {
 		return false, err
 	}
 	return true, t.deleteKV(prev)

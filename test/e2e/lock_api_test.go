@@ -494,7 +494,7 @@ func TestElectionServices(t *testing.T) {
 // answer with the revision of the delete, or the current one when the key
 // is already gone.
 func TestV3LockUnlockDeletesAnyKey(t *testing.T) {
-	_, lc := startLocks(t, 1)
+	c, lc := startLocks(t, 1)
 	ctx := testCtx(t, 30*time.Second)
 	lease := grantLease(t, ctx, lc.cli, 60)
 	rev := func() int64 {
@@ -512,6 +512,10 @@ func TestV3LockUnlockDeletesAnyKey(t *testing.T) {
 		}
 	}
 
+	// Lock ops are client proposals like any other: counted in the metrics.
+	metrics := c.Endpoint(0) + "/metrics"
+	const committed = "tenure_server_proposals_committed_total"
+	before := scrape(t, metrics)[committed]
 	held, err := lc.lock.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("u"), Lease: int64(lease)})
 	if err != nil {
 		t.Fatal(err)
@@ -545,6 +549,10 @@ func TestV3LockUnlockDeletesAnyKey(t *testing.T) {
 	again, err := lc.lock.Unlock(ctx, &v3lockpb.UnlockRequest{Key: held.Key})
 	if err != nil || again.Header.Revision != un.Header.Revision {
 		t.Fatalf("Unlock of a deleted key: %v %v, want success at revision %d", again, err, un.Header.Revision)
+	}
+	// two Locks, two Unlocks and the second lease's grant
+	if got := scrape(t, metrics)[committed] - before; got < 5 {
+		t.Errorf("%s grew by %v over 2 Locks, 2 Unlocks and a lease grant, want at least 5", committed, got)
 	}
 
 	for _, key := range []string{"plain", "u/0001", "u/XYZ"} {
