@@ -2,12 +2,14 @@ package lock
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -279,7 +281,7 @@ func prefixEnd(name string) []byte {
 
 func fill(q *queue, kvs []*mvccpb.KeyValue) {
 	kvs = slices.Clone(kvs)
-	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmpInt(a.CreateRevision, b.CreateRevision) })
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.CreateRevision, b.CreateRevision) })
 	for _, kv := range kvs {
 		q.push(&entry{key: string(kv.Key), rev: kv.CreateRevision, lease: kv.Lease})
 	}
@@ -287,16 +289,6 @@ func fill(q *queue, kvs []*mvccpb.KeyValue) {
 		q.granted = q.head
 		q.grantRev = q.head.rev
 	}
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (m *Machine) persist(q *queue) {
@@ -795,18 +787,8 @@ func (m *Machine) Blocked() []Note {
 			out = append(out, Note{Kind: NoteDelayStarted, Lock: q.name, Epoch: q.blocked, DelayMs: q.delayMs})
 		}
 	}
-	slices.SortFunc(out, func(a, b Note) int { return cmpStr(a.Lock, b.Lock) })
+	slices.SortFunc(out, func(a, b Note) int { return strings.Compare(a.Lock, b.Lock) })
 	return out
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // SetDelayHook sets the function told of every lock-delay that starts (the

@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"testing"
 
@@ -37,7 +38,7 @@ func FuzzEscape(f *testing.F) {
 		want := bytes.Compare(a, b)
 		if want == 0 {
 			// same key: newer revision sorts first
-			want = -cmpInt(ra, rb)
+			want = -cmp.Compare(ra, rb)
 		}
 		if got := bytes.Compare(ka, kb); got != want {
 			t.Fatalf("order of (%q,%d) vs (%q,%d): got %d want %d", a, ra, b, rb, got, want)

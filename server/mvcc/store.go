@@ -2,7 +2,6 @@ package mvcc
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -91,15 +90,15 @@ func Open(db *pebble.DB, lg *slog.Logger) (*Store, error) {
 }
 
 func (s *Store) load() error {
-	cur, err := getU64(s.db, storage.KeyCurrentRev)
+	cur, err := storage.GetU64(s.db, storage.KeyCurrentRev)
 	if err != nil {
 		return fmt.Errorf("tenure: mvcc: read current revision: %w", err)
 	}
-	comp, err := getU64(s.db, storage.KeyCompactRev)
+	comp, err := storage.GetU64(s.db, storage.KeyCompactRev)
 	if err != nil {
 		return fmt.Errorf("tenure: mvcc: read compact revision: %w", err)
 	}
-	done, err := getU64(s.db, storage.KeyCompactDone)
+	done, err := storage.GetU64(s.db, storage.KeyCompactDone)
 	if err != nil {
 		return fmt.Errorf("tenure: mvcc: read compact-done revision: %w", err)
 	}
@@ -289,23 +288,6 @@ func decodeKV(v []byte) (*mvccpb.KeyValue, error) {
 		kv.Value = []byte{} // nil means "not loaded" (index.go)
 	}
 	return kv, nil
-}
-
-// getU64 reads a big-endian uint64; a missing key reads as 0. (It mirrors
-// storage.GetU64, whose Reader interface does not match pebble v2's Get.)
-func getU64(db *pebble.DB, key []byte) (uint64, error) {
-	v, closer, err := db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer closer.Close()
-	if len(v) != 8 {
-		return 0, fmt.Errorf("tenure: mvcc: corrupt uint64 at %q (len %d)", key, len(v))
-	}
-	return binary.BigEndian.Uint64(v), nil
 }
 
 // decodeMeta reads what the index keeps of a put version record (create

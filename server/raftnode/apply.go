@@ -264,8 +264,8 @@ func (n *Node) applyInternal(b *pebble.Batch, data []byte) bool {
 // removedKey marks a removed member ID (never reusable).
 func removedKey(id uint64) []byte { return append(memberKey(id), 'r') }
 
-func readMember(r reader, id uint64) (*Member, error) {
-	v, err := getCopy(r, memberKey(id))
+func readMember(r storage.Reader, id uint64) (*Member, error) {
+	v, err := storage.GetCopy(r, memberKey(id))
 	if err == storage.ErrNotFound {
 		return nil, nil
 	}

@@ -1,10 +1,8 @@
 package raftnode
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -28,8 +26,8 @@ var (
 
 func memberKey(id uint64) []byte { return storage.Key(storage.PrefixMembers, storage.U64(id)) }
 
-func getProto(r reader, key []byte, m proto.Message) (bool, error) {
-	v, err := getCopy(r, key)
+func getProto(r storage.Reader, key []byte, m proto.Message) (bool, error) {
+	v, err := storage.GetCopy(r, key)
 	if errors.Is(err, storage.ErrNotFound) {
 		return false, nil
 	}
@@ -135,35 +133,4 @@ func saveReady(db *pebble.DB, hs *raftpb.HardState, ents []*raftpb.Entry, snap *
 		return lastIndex, nil
 	}
 	return lastIndex, b.Commit(pebble.Sync)
-}
-
-// reader is what *pebble.DB, *pebble.Batch and *pebble.Snapshot provide.
-type reader interface {
-	Get(key []byte) ([]byte, io.Closer, error)
-}
-
-func getCopy(r reader, key []byte) ([]byte, error) {
-	v, closer, err := r.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, storage.ErrNotFound
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer closer.Close()
-	return append([]byte(nil), v...), nil
-}
-
-func getU64(r reader, key []byte) (uint64, error) {
-	v, err := getCopy(r, key)
-	if errors.Is(err, storage.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	if len(v) != 8 {
-		return 0, fmt.Errorf("raftnode: corrupt uint64 at %q (len %d)", key, len(v))
-	}
-	return binary.BigEndian.Uint64(v), nil
 }

@@ -140,7 +140,7 @@ func New(cfg Config) (*Node, error) {
 		n.tr = n.peerTr
 	}
 
-	storedID, err := getU64(cfg.DB, keyLocalID)
+	storedID, err := storage.GetU64(cfg.DB, keyLocalID)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
-	cid, err := getU64(cfg.DB, storage.KeyClusterID)
+	cid, err := storage.GetU64(cfg.DB, storage.KeyClusterID)
 	if err != nil {
 		return nil, err
 	}
@@ -299,10 +299,10 @@ func raiseCommitToApplied(p *persisted, applied uint64) {
 
 func (n *Node) loadApplied() error {
 	var err error
-	if n.applied, err = getU64(n.db, storage.KeyAppliedIndex); err != nil {
+	if n.applied, err = storage.GetU64(n.db, storage.KeyAppliedIndex); err != nil {
 		return err
 	}
-	if n.appliedTerm, err = getU64(n.db, storage.KeyAppliedTerm); err != nil {
+	if n.appliedTerm, err = storage.GetU64(n.db, storage.KeyAppliedTerm); err != nil {
 		return err
 	}
 	cs := &raftpb.ConfState{}

@@ -178,7 +178,7 @@ func TestRestartRaisesCommitToApplied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied, err := getU64(db, storage.KeyAppliedIndex)
+	applied, err := storage.GetU64(db, storage.KeyAppliedIndex)
 	if err != nil {
 		t.Fatal(err)
 	}

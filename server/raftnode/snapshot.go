@@ -31,12 +31,12 @@ func (n *Node) sendSnapshot(m *raftpb.Message) {
 	status := raft.SnapshotFailure
 	defer func() { n.rn.ReportSnapshot(to, status) }()
 
-	idx, err := getU64(ps, storage.KeyAppliedIndex)
+	idx, err := storage.GetU64(ps, storage.KeyAppliedIndex)
 	if err != nil {
 		n.log.Error("snapshot: read applied index", "err", err)
 		return
 	}
-	term, err := getU64(ps, storage.KeyAppliedTerm)
+	term, err := storage.GetU64(ps, storage.KeyAppliedTerm)
 	if err != nil {
 		n.log.Error("snapshot: read applied term", "err", err)
 		return
