@@ -126,3 +126,50 @@ func proposeOnce(c *testCluster, i int, data string) error {
 	defer cancel()
 	return c.nodes[i].Propose(ctx, []byte(data))
 }
+
+// A leader that knows of committed entries it has not applied yet does not
+// defer: its state machine cannot tell whether the lock is still held (one
+// of those entries may be the release), and waiting for company that never
+// comes cost a lone client the whole linger.
+func TestNoDeferralWhileCommittedEntriesAwaitApply(t *testing.T) {
+	c, sms := newDeferCluster(t, time.Hour) // a deferred proposal would never go
+	l := c.leader()
+	f := (l + 1) % 3
+	c.nodes[l].applyMu.Lock() // the leader commits but applies nothing
+	locked := true
+	defer func() {
+		if locked {
+			c.nodes[l].applyMu.Unlock()
+		}
+	}()
+	if err := proposeOnce(c, l, "barrier/pending"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a follower to apply the barrier the leader has not", func() bool {
+		_, ok := sms[f].indexOf("barrier/pending")
+		return ok
+	})
+	if err := proposeOnce(c, l, "defer/behind-pending"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the deferrable proposal applied on a follower without company", func() bool {
+		_, ok := sms[f].indexOf("defer/behind-pending")
+		return ok
+	})
+	if got := c.nodes[l].DeferredProposals(); got != 0 {
+		t.Fatalf("the leader deferred %d proposals while behind on apply, want 0", got)
+	}
+	c.nodes[l].applyMu.Unlock()
+	locked = false
+	// Caught up, the leader defers again.
+	waitFor(t, 10*time.Second, "the leader to apply what it committed", func() bool {
+		_, ok := sms[l].indexOf("defer/behind-pending")
+		return ok
+	})
+	if err := proposeOnce(c, l, "defer/caught-up"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the caught-up leader to defer", func() bool {
+		return c.nodes[l].DeferredProposals() == 1
+	})
+}

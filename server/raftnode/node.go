@@ -40,7 +40,11 @@ type Node struct {
 
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
 	deferred deferQueue       // the leader's deferred proposals (defer.go)
-	props    propBuffer       // the leader's proposals, stepped once per Ready (propbuf.go)
+	// commitSeen is the highest commit index a Ready has carried (set
+	// before that Ready's messages leave); while the applied index is
+	// below it, the state machine has not yet seen every committed entry.
+	commitSeen atomic.Uint64
+	props      propBuffer // the leader's proposals, stepped once per Ready (propbuf.go)
 
 	clusterID atomic.Uint64
 	lastIndex uint64 // last raft log index on disk; Ready loop only
@@ -444,6 +448,9 @@ func (n *Node) readyLoop() {
 // handleReady persists, sends and hands to apply what one Ready holds; it
 // returns false when the member stops.
 func (n *Node) handleReady(rd raft.Ready) bool {
+	if rd.HardState != nil && rd.HardState.GetCommit() > n.commitSeen.Load() {
+		n.commitSeen.Store(rd.HardState.GetCommit()) // only this loop writes it
+	}
 	if rd.SoftState != nil {
 		n.setLeader(rd.SoftState.Lead, rd.SoftState.RaftState == raft.StateLeader)
 	}
