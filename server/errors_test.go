@@ -64,6 +64,10 @@ func TestBadRequestsAreRefusedAndChangeNothing(t *testing.T) {
 			_, err := cli.Put(ctx, "missing", "", clientv3.WithIgnoreValue())
 			return err
 		}, rpctypes.ErrKeyNotFound},
+		{"move leadership to an unknown member", func() error {
+			_, err := cli.MoveLeader(ctx, 0x1234)
+			return err
+		}, rpctypes.ErrBadLeaderTransferee},
 	}
 	for _, c := range cases {
 		before := rev()

@@ -30,6 +30,7 @@ var errMap = []struct {
 	{raftnode.ErrNotLearner, rpctypes.ErrGRPCMemberNotLearner},
 	{raftnode.ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
 	{raftnode.ErrUnhealthyCluster, rpctypes.ErrGRPCUnhealthy},
+	{raftnode.ErrBadLeaderTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
 	{apply.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{apply.ErrStopped, rpctypes.ErrGRPCStopped},
 	{apply.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},

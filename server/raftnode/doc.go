@@ -87,5 +87,6 @@
 //
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
 // ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,
-// ErrNotLearner, ErrTooManyLearners, ErrNotLeader (PromoteMember off-leader).
+// ErrNotLearner, ErrTooManyLearners, ErrNotLeader (PromoteMember off-leader),
+// ErrBadLeaderTransferee (TransferLeadership to an unknown member or a learner).
 package raftnode

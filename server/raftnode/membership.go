@@ -315,10 +315,10 @@ func (n *Node) PromoteMember(ctx context.Context, id uint64) ([]Member, error) {
 }
 
 // TransferLeadership asks the leader to hand leadership to member to and
-// waits until it has. Errors: ErrMemberNotFound, ErrNoLeader, ErrTimeout, ErrStopped.
+// waits until it has. Errors: ErrBadLeaderTransferee, ErrNoLeader, ErrTimeout, ErrStopped.
 func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
 	if m, ok := n.member(to); !ok || m.IsLearner {
-		return ErrMemberNotFound
+		return ErrBadLeaderTransferee
 	}
 	if err := n.waitLeader(ctx); err != nil {
 		return err
