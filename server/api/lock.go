@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/api/tenurev1"
+	"github.com/tenure-io/tenure/server/apply"
 	"github.com/tenure-io/tenure/server/lock"
 )
 
@@ -102,18 +103,14 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 }
 
 // do proposes a lock op as Server.do proposes an etcd request: it fails
-// fast without a leader when the client asked for one, waits within the
-// request timeout and is counted in the proposal metrics. It returns the
-// lock machine's answer, errors mapped for gRPC.
+// fast without a leader when the client asked for one, then goes through
+// Server.propose (request timeout, proposal metrics). It returns the lock
+// machine's answer, errors mapped for gRPC.
 func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
 	if err := l.s.requireLeader(ctx); err != nil {
 		return nil, err
 	}
-	pctx, cancel := l.s.timeout(ctx)
-	defer cancel()
-	l.s.props.pending.Add(1)
-	res := l.s.cfg.Applier.DoLock(pctx, op)
-	l.s.props.done(res.Err)
+	res := l.s.propose(ctx, func(ctx context.Context) apply.Result { return l.s.cfg.Applier.DoLock(ctx, op) })
 	if res.Err != nil {
 		return nil, ToGRPC(res.Err)
 	}

@@ -149,12 +149,20 @@ func (s *Server) do(ctx context.Context, r *pb.InternalRaftRequest) (apply.Resul
 	if err := s.checkQuota(ctx, r); err != nil {
 		return apply.Result{}, err
 	}
+	res := s.propose(ctx, func(ctx context.Context) apply.Result { return s.cfg.Applier.Do(ctx, r) })
+	return res, ToGRPC(res.Err)
+}
+
+// propose runs one client proposal (call proposes and waits for the apply)
+// within the request timeout, counted in the proposal metrics. Every client
+// write goes through it: etcd requests (do) and lock ops (Locks.do).
+func (s *Server) propose(ctx context.Context, call func(context.Context) apply.Result) apply.Result {
 	ctx, cancel := s.timeout(ctx)
 	defer cancel()
 	s.props.pending.Add(1)
-	res := s.cfg.Applier.Do(ctx, r)
+	res := call(ctx)
 	s.props.done(res.Err)
-	return res, ToGRPC(res.Err)
+	return res
 }
 
 // ---- KV ----

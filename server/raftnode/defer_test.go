@@ -35,6 +35,11 @@ func (s *deferSM) indexOf(v string) (uint64, bool) {
 	return i, ok
 }
 
+// applied is a waitFor condition: v has been applied on s.
+func (s *deferSM) applied(v string) func() bool {
+	return func() bool { _, ok := s.indexOf(v); return ok }
+}
+
 func newDeferCluster(t *testing.T, linger time.Duration) (*testCluster, []*deferSM) {
 	var sms []*deferSM
 	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
@@ -98,10 +103,7 @@ func TestDeferredProposalAloneAfterLinger(t *testing.T) {
 	if err := proposeOnce(c, l, "defer/alone"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the lone deferred proposal to be applied", func() bool {
-		_, ok := sms[l].indexOf("defer/alone")
-		return ok
-	})
+	waitFor(t, 10*time.Second, "the lone deferred proposal to be applied", sms[l].applied("defer/alone"))
 	if c.nodes[l].DeferredProposals() != 1 {
 		t.Fatalf("the leader deferred %d proposals, want 1", c.nodes[l].DeferredProposals())
 	}
@@ -111,10 +113,7 @@ func TestDeferredProposalAloneAfterLinger(t *testing.T) {
 	if err := proposeOnce(c, f, "defer/forwarded"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the forwarded deferred proposal to be applied", func() bool {
-		_, ok := sms[f].indexOf("defer/forwarded")
-		return ok
-	})
+	waitFor(t, 10*time.Second, "the forwarded deferred proposal to be applied", sms[f].applied("defer/forwarded"))
 	if c.nodes[f].DeferredProposals() != 0 || c.nodes[l].DeferredProposals() != 2 {
 		t.Fatalf("deferred: follower %d, leader %d; want 0 and 2", c.nodes[f].DeferredProposals(), c.nodes[l].DeferredProposals())
 	}
@@ -145,27 +144,18 @@ func TestNoDeferralWhileCommittedEntriesAwaitApply(t *testing.T) {
 	if err := proposeOnce(c, l, "barrier/pending"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "a follower to apply the barrier the leader has not", func() bool {
-		_, ok := sms[f].indexOf("barrier/pending")
-		return ok
-	})
+	waitFor(t, 10*time.Second, "a follower to apply the barrier the leader has not", sms[f].applied("barrier/pending"))
 	if err := proposeOnce(c, l, "defer/behind-pending"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the deferrable proposal applied on a follower without company", func() bool {
-		_, ok := sms[f].indexOf("defer/behind-pending")
-		return ok
-	})
+	waitFor(t, 10*time.Second, "the deferrable proposal applied on a follower without company", sms[f].applied("defer/behind-pending"))
 	if got := c.nodes[l].DeferredProposals(); got != 0 {
 		t.Fatalf("the leader deferred %d proposals while behind on apply, want 0", got)
 	}
 	c.nodes[l].applyMu.Unlock()
 	locked = false
 	// Caught up, the leader defers again.
-	waitFor(t, 10*time.Second, "the leader to apply what it committed", func() bool {
-		_, ok := sms[l].indexOf("defer/behind-pending")
-		return ok
-	})
+	waitFor(t, 10*time.Second, "the leader to apply what it committed", sms[l].applied("defer/behind-pending"))
 	if err := proposeOnce(c, l, "defer/caught-up"); err != nil {
 		t.Fatal(err)
 	}

@@ -111,11 +111,15 @@ type PeerTransport struct {
 	// burst travels in fewer stream writes than messages).
 	batchesRecv atomic.Uint64
 	writes      atomic.Uint64 // socket writes of raft streams (tests: combining)
-	stopc       chan struct{}
-	once        sync.Once
-	wg          sync.WaitGroup
-	grpcMu      sync.Mutex
-	grpcConns   map[uint64]*grpc.ClientConn // snapshot connections, dialed when first needed
+	// directWriteHook, when set (tests only, before any Send), runs in a
+	// sender that has just claimed a peer's stream for a direct write,
+	// before it writes: senders arriving meanwhile queue behind it.
+	directWriteHook func()
+	stopc           chan struct{}
+	once            sync.Once
+	wg              sync.WaitGroup
+	grpcMu          sync.Mutex
+	grpcConns       map[uint64]*grpc.ClientConn // snapshot connections, dialed when first needed
 }
 
 // NewPeerTransport creates a peer transport. Register it on the peer gRPC

@@ -233,7 +233,11 @@ func TestPeerTransportSplitsASendByPeer(t *testing.T) {
 
 // Concurrent senders (a follower forwarding many clients' proposals) share
 // the stream: every frame arrives intact, each sender's messages in its
-// order, and writes made while another is in progress are combined.
+// order, and writes made while another is in progress are combined. The
+// first direct write is held until the other senders have queued behind it,
+// so the overlap does not depend on how the scheduler ran them (on a busy
+// 2-core machine it sometimes ran them one after another: as many writes
+// as messages).
 func TestPeerTransportConcurrentSenders(t *testing.T) {
 	h := newRecorder()
 	recv := serveTransport(t, 2, h, "", PeerTransportConfig{})
@@ -241,6 +245,20 @@ func TestPeerTransportConcurrentSenders(t *testing.T) {
 	send, _ := sender(t, recv.addr, PeerTransportConfig{})
 	defer send.Stop()
 	const senders, each = 8, 500
+	var returned atomic.Int64 // Sends that have returned
+	var hold sync.Once
+	send.directWriteHook = func() {
+		hold.Do(func() { // runs in a sender goroutine: t.Error, not t.Fatal
+			deadline := time.Now().Add(10 * time.Second)
+			for returned.Load() < senders-1 {
+				if time.Now().After(deadline) {
+					t.Error("the other senders did not queue behind the first write within 10s")
+					return
+				}
+				time.Sleep(time.Millisecond) // polling interval, not synchronisation
+			}
+		})
+	}
 	var wg sync.WaitGroup
 	for g := 0; g < senders; g++ {
 		wg.Add(1)
@@ -250,6 +268,7 @@ func TestPeerTransportConcurrentSenders(t *testing.T) {
 				m := appMsg(2, uint64(g*each+i), 50+i%200)
 				m.Term = proto.Uint64(uint64(g)) // the sender, for the order check
 				send.Send([]*raftpb.Message{m})
+				returned.Add(1)
 			}
 		}(g)
 	}

@@ -178,6 +178,9 @@ func (p *streamPeer) send(frames []byte) {
 	conn, raw := p.conn, p.raw
 	p.direct = true
 	p.mu.Unlock()
+	if h := p.t.directWriteHook; h != nil {
+		h()
+	}
 	buf := frames // the caller's until we return; then p.spare's
 	for {
 		n, err := writeNow(raw, buf)

@@ -49,7 +49,7 @@ func TestLinearizableUnderLeaderKill(t *testing.T) {
 				opCtx, cancel := context.WithTimeout(runCtx, time.Second)
 				call := rec.Now()
 				out, err := lincheck.Run(opCtx, cli, in)
-				if in.Kind == lincheck.OpGet {
+				if err == nil && in.Kind == lincheck.OpGet {
 					lastSeen[key] = out.Value
 				}
 				cancel()

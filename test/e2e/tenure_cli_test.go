@@ -82,8 +82,8 @@ func TestTenureCLI(t *testing.T) {
 		t.Errorf("revoke of a revoked lease: exit %d, %q", code, out)
 	}
 
-	if out := run("member", "list"); strings.Count(out, "started") != len(c.Members) {
-		t.Errorf("member list: %q", out)
+	if out := run("member", "list"); strings.Count(out, ", started, ") != len(c.Members) || strings.Contains(out, "unstarted") {
+		t.Errorf("member list: %q, want %d started members", out, len(c.Members))
 	}
 
 	if err := json.Unmarshal([]byte(run("get", "/cli/a", "-w", "json")), &got); err != nil {
