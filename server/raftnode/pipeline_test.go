@@ -17,6 +17,30 @@ import (
 	"github.com/tenure-io/tenure/server/storage"
 )
 
+// nodesByName lets what a Config tweak builds reach the Node made from that
+// Config, once the test cluster has started them all (nil until then).
+type nodesByName struct {
+	mu    sync.Mutex
+	nodes map[string]*Node
+}
+
+func (nb *nodesByName) lookup(name string) func() *Node {
+	return func() *Node {
+		nb.mu.Lock()
+		defer nb.mu.Unlock()
+		return nb.nodes[name]
+	}
+}
+
+func (nb *nodesByName) record(c *testCluster) {
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	nb.nodes = map[string]*Node{}
+	for i, name := range c.names {
+		nb.nodes[name] = c.nodes[i]
+	}
+}
+
 // absorbingSM absorbs entries starting with "absorb:" and proposes them
 // again, merged, as "merged:<data>" through its own node.
 type absorbingSM struct {
@@ -52,27 +76,15 @@ func (s *absorbingSM) count() int {
 // it declines is replicated as usual.
 func TestLeaderOffersForwardedProposalsToAbsorber(t *testing.T) {
 	var (
-		mu        sync.Mutex
-		absorbers = map[string]*absorbingSM{}
-		nodes     = map[string]*Node{}
+		nodes     nodesByName
+		absorbers = map[string]*absorbingSM{} // written before the nodes start
 	)
 	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
-		name := cfg.Name
-		ab := &absorbingSM{testSM: cfg.StateMachine.(*testSM), node: func() *Node {
-			mu.Lock()
-			defer mu.Unlock()
-			return nodes[name]
-		}}
-		mu.Lock()
-		absorbers[name] = ab
-		mu.Unlock()
+		ab := &absorbingSM{testSM: cfg.StateMachine.(*testSM), node: nodes.lookup(cfg.Name)}
+		absorbers[cfg.Name] = ab
 		cfg.StateMachine = ab
 	})
-	mu.Lock()
-	for i, name := range c.names {
-		nodes[name] = c.nodes[i]
-	}
-	mu.Unlock()
+	nodes.record(c)
 	lead := c.leader()
 	f := (lead + 1) % 3
 
@@ -281,27 +293,15 @@ func (tr *commitOrderTransport) Send(msgs []*raftpb.Message) {
 // answer and lock grant the leader gives.
 func TestLeaderAppliesCommitBeforeSendingIt(t *testing.T) {
 	var (
-		mu         sync.Mutex
-		nodes      = map[string]*Node{}
-		transports []*commitOrderTransport
+		nodes      nodesByName
+		transports []*commitOrderTransport // written before the nodes start
 	)
 	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
-		name := cfg.Name
-		tr := &commitOrderTransport{Transport: cfg.Transport, node: func() *Node {
-			mu.Lock()
-			defer mu.Unlock()
-			return nodes[name]
-		}}
-		mu.Lock()
+		tr := &commitOrderTransport{Transport: cfg.Transport, node: nodes.lookup(cfg.Name)}
 		transports = append(transports, tr)
-		mu.Unlock()
 		cfg.Transport = tr
 	})
-	mu.Lock()
-	for i, name := range c.names {
-		nodes[name] = c.nodes[i]
-	}
-	mu.Unlock()
+	nodes.record(c)
 	l := c.leader()
 	for i := 0; i < 20; i++ {
 		c.propose(l, []byte(fmt.Sprintf("ordered-%d", i)))
