@@ -487,14 +487,14 @@ func (n *Node) handleReady(rd raft.Ready) bool {
 	// answers and lock grants (TestLeaderAppliesCommitBeforeSendingIt).
 	// Not a conf change: applied first, it would drop the peer it removes
 	// before the message telling that peer the removal committed.
-	sendFirst := leader && slices.ContainsFunc(early, isConfChange)
-	if sendFirst {
+	if leader && slices.ContainsFunc(early, isConfChange) {
 		n.send(rd.Messages)
+		rd.Messages = nil
 	}
 	if !n.dispatchApply(early) {
 		return false
 	}
-	if leader && !sendFirst {
+	if leader {
 		n.send(rd.Messages)
 	}
 	// A hard state that only moves the commit index is not written on
