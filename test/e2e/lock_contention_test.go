@@ -62,12 +62,13 @@ func (r *fencedResource) exit(token int64) bool {
 // TestLockContentionWithLeaderKills: 20 clients contend for one lock
 // through the v3lock service while the leader is killed and restarted; no
 // two critical sections overlap at the fenced resource and tokens strictly
-// increase. CI runs 200 hand-offs; TENURE_LOCK_HANDOFFS=1000 the full size.
+// increase, through the 1,000 hand-offs issue 4 asks for (about 30 s here);
+// TENURE_LOCK_HANDOFFS sets another count.
 func TestLockContentionWithLeaderKills(t *testing.T) {
 	if cluster.TargetFromEnv(t) == cluster.Etcd {
 		t.Skip("runs against Tenure's lock service")
 	}
-	target := 200
+	target := 1000
 	if v := os.Getenv("TENURE_LOCK_HANDOFFS"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
