@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,9 +10,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	v3lockpb "go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -66,11 +63,7 @@ func TestNoQuorumNoAnswer(t *testing.T) {
 	// at once that there is none, for writes, reads and lock calls alike,
 	// once the member has noticed (its election timeout). A plain gRPC
 	// connection: clientv3's interceptor retries a read on Unavailable.
-	conn, err := grpc.NewClient(strings.TrimPrefix(c.Endpoint(remaining), "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := plainConn(t, c.Endpoint(remaining))
 	kv := pb.NewKVClient(conn)
 	for _, op := range []string{"put", "get", "lock"} {
 		eventually(t, 10*time.Second, op+" asking for a leader answers no leader", func() error {

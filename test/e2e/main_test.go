@@ -7,9 +7,13 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tenure-io/tenure/test/cluster"
 )
@@ -38,6 +42,19 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// plainConn is a gRPC connection to one client endpoint (http://host:port)
+// without clientv3's interceptors, which retry some failures the tests must
+// see; closed on cleanup (closing it earlier is fine).
+func plainConn(t *testing.T, endpoint string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(endpoint, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
 }
 
 // eventually polls f until it returns nil or the deadline passes.
