@@ -97,6 +97,9 @@ func (m *Member) newRegistry() *prometheus.Registry {
 		p, _, _ := m.edge.ProposalStats()
 		return float64(p)
 	})
+	gauge("tenure_lock_abandoned_keys_pending", "Keys of waiters that left (cancelled, disconnected) whose delete could not commit at once and is being retried.", func() float64 {
+		return float64(m.locks.PendingAbandons())
+	})
 	counter := func(name, help string, f func() float64) {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
 	}

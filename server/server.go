@@ -90,6 +90,7 @@ type Member struct {
 	registry *prometheus.Registry
 	metrics  *memberMetrics
 	edge     *api.Server
+	locks    *api.Locks
 	ap       *apply.Applier
 	grpcs    []*grpc.Server
 	https    []*http.Server
@@ -229,7 +230,8 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpc.InitialConnWindowSize(clientConnWindowBytes),
 	)
 	edge.Register(clientSrv)
-	edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays}).Register(clientSrv)
+	mem.locks = edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays})
+	mem.locks.Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
 	// Server reflection lets grpcurl and similar tools call tenure.v1
 	// without a copy of the proto (etcd's own services are gogo-generated
@@ -386,6 +388,7 @@ func (m *Member) Stop() {
 		for _, h := range m.https {
 			_ = h.Close()
 		}
+		m.locks.Close() // background deletes of departed waiters' keys
 		m.node.Stop()
 		m.wg.Wait()
 		m.hub.Close()

@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,7 +36,18 @@ type Locks struct {
 	s   *Server
 	m   *lock.Machine
 	cfg LockConfig
+	// stopping ends the background retries of abandon (Close).
+	stopping context.Context
+	stop     context.CancelFunc
+	retryMu  sync.Mutex // closed and retries.Add against Close
+	closed   bool
+	retries  sync.WaitGroup
+	pending  atomic.Int64 // departed waiters' keys whose delete is being retried
 }
+
+// PendingAbandons is how many departed waiters' keys this member is still
+// trying to delete (their first delete could not commit).
+func (l *Locks) PendingAbandons() int64 { return l.pending.Load() }
 
 // NewLocks builds the lock services on s.
 func (s *Server) NewLocks(cfg LockConfig) *Locks {
@@ -43,7 +57,9 @@ func (s *Server) NewLocks(cfg LockConfig) *Locks {
 	if cfg.MaxSessionInFlight <= 0 {
 		cfg.MaxSessionInFlight = DefaultMaxSessionInFlight
 	}
-	return &Locks{s: s, m: cfg.Machine, cfg: cfg}
+	l := &Locks{s: s, m: cfg.Machine, cfg: cfg}
+	l.stopping, l.stop = context.WithCancel(context.Background())
+	return l
 }
 
 // Register adds v3lock, v3election and tenure.v1 Locks to g.
@@ -96,7 +112,7 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 				return nil, ToGRPC(lock.ErrWaiterRemoved)
 			}
 		case <-ctx.Done():
-			l.abandon(ar.Key, ar.Token)
+			l.abandon(ar.Key, ar.ModRev)
 			return nil, ToGRPC(ctx.Err())
 		}
 	}
@@ -117,11 +133,87 @@ func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
 	return res.Lock, nil
 }
 
-// abandon deletes a waiter's key if it is still the incarnation at token.
-func (l *Locks) abandon(key string, token int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), l.s.cfg.RequestTimeout)
+// abandon takes a waiter that gave up out of the queue: it deletes key if
+// its mod revision is still modRev, the one the waiter's acquire wrote. A
+// later acquire by the same lease rewrites the key (lock.Machine), so the
+// delete never removes a key that another call now waits on or holds.
+//
+// The first attempt runs before the waiter's call returns. If it cannot
+// commit (no leader, no quorum), the key would stay queued, granted to
+// nobody, until its lease ends; so the delete is retried in the background,
+// with backoff, until it commits, the key is gone or rewritten in this
+// member's store, or the member stops.
+func (l *Locks) abandon(key string, modRev int64) {
+	if l.tryAbandon(l.stopping, key, modRev) {
+		return
+	}
+	l.retryMu.Lock()
+	defer l.retryMu.Unlock()
+	if l.closed {
+		return // the member is stopping; the lease still ends the key
+	}
+	l.s.cfg.Logger.Warn("lock waiter left; could not delete its key, retrying", "key", key, "mod-revision", modRev)
+	l.retries.Add(1)
+	l.pending.Add(1)
+	go func() {
+		defer l.retries.Done()
+		defer l.pending.Add(-1)
+		backoff := abandonBackoffMin
+		for {
+			select {
+			case <-l.stopping.Done():
+				return
+			case <-time.After(backoff):
+			}
+			if l.tryAbandon(l.stopping, key, modRev) {
+				l.s.cfg.Logger.Info("lock waiter's key deleted after retrying", "key", key, "mod-revision", modRev)
+				return
+			}
+			backoff = min(2*backoff, abandonBackoffMax)
+		}
+	}()
+}
+
+// Backoff between a departed waiter's delete attempts (each attempt itself
+// runs up to the request timeout).
+const (
+	abandonBackoffMin = 100 * time.Millisecond
+	abandonBackoffMax = 5 * time.Second
+)
+
+// tryAbandon makes one attempt; it reports whether nothing is left to do:
+// the delete committed, or it need not (the key is gone or was rewritten).
+func (l *Locks) tryAbandon(parent context.Context, key string, modRev int64) bool {
+	if !l.stillAt(key, modRev) {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(parent, l.s.cfg.RequestTimeout)
 	defer cancel()
-	_, _ = l.deleteAt(ctx, key, token)
+	txn := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: modRev}}},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}},
+	}
+	_, err := l.s.do(ctx, &pb.InternalRaftRequest{Txn: txn})
+	return err == nil // committed: deleted, or the compare failed (gone, or rewritten)
+}
+
+// stillAt reports whether this member's store still has key at modRev.
+func (l *Locks) stillAt(key string, modRev int64) bool {
+	resp, err := l.s.cfg.KV.Range(&pb.RangeRequest{Key: []byte(key)})
+	if err != nil {
+		return true // let the proposal decide
+	}
+	return len(resp.Kvs) == 1 && resp.Kvs[0].ModRevision == modRev
+}
+
+// Close stops the background deletes of departed waiters' keys and waits
+// for them (the member stops raft and its store after).
+func (l *Locks) Close() {
+	l.retryMu.Lock()
+	l.closed = true
+	l.stop()
+	l.retryMu.Unlock()
+	l.retries.Wait()
 }
 
 // deleteAt deletes key if its create revision is token; it reports whether

@@ -26,6 +26,11 @@
 //     records the raft index (epoch) and grants nobody; the leader's
 //     DelayScheduler waits the delay on its monotonic clock and proposes
 //     OpEndDelay for that epoch. A new leader restarts delays at full length.
+//   - An acquire always writes the key: a new key is enqueued; a key the same
+//     lease already has queued or granted keeps its place, token and value
+//     but gets a new mod revision, reported as AcquireResult.ModRev. A call
+//     that gives up deletes its key only at that mod revision, so its delete,
+//     however late, spares a later call of the same lease.
 //   - Every limit that affects the outcome (MaxWaiters) travels in the entry.
 //   - Names of forgotten locks are cached as empty (bounded) so a lock used
 //     again does not re-read its prefix from the store (a read that costs a

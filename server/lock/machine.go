@@ -103,6 +103,7 @@ type ReleaseResult struct {
 type AcquireResult struct {
 	Key     string
 	Token   int64 // create revision of Key (0 when a TryLock did not enqueue)
+	ModRev  int64 // mod revision this call wrote to Key (Locks.abandon compares it)
 	Granted bool
 	Rev     int64
 	Owner   Owner // zero when nobody holds the lock
@@ -565,20 +566,29 @@ func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) 
 			return nil, ErrTooManyWaiters
 		}
 	}
-	if e == nil || op.Flags&FlagElection != 0 {
-		t := env.Begin()
-		_, err := t.Put(&pb.PutRequest{Key: []byte(key), Value: op.Value, Lease: op.Lease})
-		m.mu.Unlock()
-		rev := env.End(t) // Observe runs here (it takes m.mu)
-		m.mu.Lock()
-		if err != nil {
-			return nil, err
-		}
-		_ = rev
-		q = m.locks[name]
-		e = q.byKey[key]
+	put := &pb.PutRequest{Key: []byte(key), Value: op.Value, Lease: op.Lease}
+	if e != nil && op.Flags&FlagElection == 0 {
+		// The same lease asks again while its key is queued or granted: the
+		// key is rewritten, value kept, so that its mod revision names this
+		// call. A call that gave up earlier deletes the key only if the mod
+		// revision is still the one it was given (Locks.abandon), so its
+		// delete, however late, cannot remove what this call waits on or
+		// holds. The create revision, the token, does not change.
+		put.Value, put.IgnoreValue = nil, true
 	}
-	return m.result(q, e), nil
+	t := env.Begin()
+	_, err := t.Put(put)
+	m.mu.Unlock()
+	rev := env.End(t) // Observe runs here (it takes m.mu)
+	m.mu.Lock()
+	if err != nil {
+		return nil, err
+	}
+	q = m.locks[name]
+	e = q.byKey[key]
+	r := m.result(q, e)
+	r.ModRev = rev
+	return r, nil
 }
 
 // release deletes the op's key if its create revision is the token

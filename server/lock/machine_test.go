@@ -676,3 +676,45 @@ func TestKeyForMatchesClientv3(t *testing.T) {
 		}
 	}
 }
+
+// An acquire by a lease whose key is already queued (or granted) keeps the
+// key's place, token and value but rewrites it: the mod revision it reports
+// is its own and is the key's, so a delete that compares an earlier call's
+// mod revision (Locks.abandon) cannot remove the key this call waits on.
+func TestReacquireMovesModRevisionOnly(t *testing.T) {
+	h := newHarness(t)
+	h.grant(0x1, 0x2)
+	owner := h.acquire("re", 0x1)
+	first, err := h.op(&Op{Kind: OpAcquire, Name: []byte("re"), Lease: 0x2, Value: []byte("first"), MaxWaiters: DefaultMaxWaiters})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ModRev != first.Token {
+		t.Fatalf("a new key's mod revision %d, want its create revision %d", first.ModRev, first.Token)
+	}
+	for _, r := range []struct {
+		lease int64
+		prev  *AcquireResult
+	}{{0x2, first}, {0x1, owner}} {
+		again := h.acquire("re", r.lease)
+		if again.Token != r.prev.Token || again.Key != r.prev.Key || again.Granted != r.prev.Granted {
+			t.Fatalf("re-acquire by %x: %+v, want the same key, token and grant as %+v", r.lease, again, r.prev)
+		}
+		if again.ModRev <= r.prev.ModRev {
+			t.Fatalf("re-acquire by %x: mod revision %d, want above the earlier call's %d", r.lease, again.ModRev, r.prev.ModRev)
+		}
+		resp, err := h.kv.Range(&pb.RangeRequest{Key: []byte(again.Key)})
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("range %s: %v %v", again.Key, resp, err)
+		}
+		if kv := resp.Kvs[0]; kv.ModRevision != again.ModRev || kv.CreateRevision != again.Token || kv.Lease != r.lease {
+			t.Fatalf("stored %+v, want mod revision %d, create revision %d, lease %x", kv, again.ModRev, again.Token, r.lease)
+		}
+		if r.lease == 0x2 && string(resp.Kvs[0].Value) != "first" {
+			t.Fatalf("re-acquire changed the value to %q, want the first call's %q", resp.Kvs[0].Value, "first")
+		}
+	}
+	if st := h.m.Get("re", 10); st.Owner.Key != owner.Key || st.Waiters != 2 || st.Queue[1].Key != first.Key {
+		t.Fatalf("queue after re-acquires: %+v, want owner %s and two keys", st, owner.Key)
+	}
+}

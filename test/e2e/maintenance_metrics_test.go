@@ -71,6 +71,7 @@ func TestMetricsHealthAndSlowSync(t *testing.T) {
 		"tenure_server_apply_duration_seconds_count",
 		"tenure_storage_db_size_bytes", "tenure_storage_quota_backend_bytes", "tenure_mvcc_keys", "tenure_mvcc_revision",
 		"tenure_lease_count", "tenure_lease_expired_total", "tenure_watch_watchers", "tenure_watch_slow_watchers",
+		"tenure_lock_abandoned_keys_pending",
 		"tenure_grpc_server_started_total", "tenure_grpc_server_handled_total", "tenure_grpc_server_handling_seconds_count",
 		"tenure_server_alarms",
 	}
