@@ -39,8 +39,7 @@ type Locks struct {
 	// stopping ends the background retries of abandon (Close).
 	stopping context.Context
 	stop     context.CancelFunc
-	retryMu  sync.Mutex // closed and retries.Add against Close
-	closed   bool
+	retryMu  sync.Mutex // orders retries.Add against Close
 	retries  sync.WaitGroup
 	pending  atomic.Int64 // departed waiters' keys whose delete is being retried
 }
@@ -144,12 +143,14 @@ func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
 // with backoff, until it commits, the key is gone or rewritten in this
 // member's store, or the member stops.
 func (l *Locks) abandon(key string, modRev int64) {
-	if l.tryAbandon(l.stopping, key, modRev) {
+	// The call was waiting on this member, which applied its acquire: the
+	// key is at modRev here, so the first attempt goes straight to raft.
+	if l.tryAbandon(key, modRev) {
 		return
 	}
 	l.retryMu.Lock()
 	defer l.retryMu.Unlock()
-	if l.closed {
+	if l.stopping.Err() != nil {
 		return // the member is stopping; the lease still ends the key
 	}
 	l.s.cfg.Logger.Warn("lock waiter left; could not delete its key, retrying", "key", key, "mod-revision", modRev)
@@ -165,8 +166,8 @@ func (l *Locks) abandon(key string, modRev int64) {
 				return
 			case <-time.After(backoff):
 			}
-			if l.tryAbandon(l.stopping, key, modRev) {
-				l.s.cfg.Logger.Info("lock waiter's key deleted after retrying", "key", key, "mod-revision", modRev)
+			if !l.stillAt(key, modRev) || l.tryAbandon(key, modRev) {
+				l.s.cfg.Logger.Info("lock waiter's key no longer queued after retrying", "key", key, "mod-revision", modRev)
 				return
 			}
 			backoff = min(2*backoff, abandonBackoffMax)
@@ -181,23 +182,18 @@ const (
 	abandonBackoffMax = 5 * time.Second
 )
 
-// tryAbandon makes one attempt; it reports whether nothing is left to do:
-// the delete committed, or it need not (the key is gone or was rewritten).
-func (l *Locks) tryAbandon(parent context.Context, key string, modRev int64) bool {
-	if !l.stillAt(key, modRev) {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(parent, l.s.cfg.RequestTimeout)
+// tryAbandon makes one attempt; it reports whether the delete committed
+// (deleted, or the compare failed: the key is gone or was rewritten).
+func (l *Locks) tryAbandon(key string, modRev int64) bool {
+	ctx, cancel := context.WithTimeout(l.stopping, l.s.cfg.RequestTimeout)
 	defer cancel()
-	txn := &pb.TxnRequest{
-		Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: modRev}}},
-		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}},
-	}
-	_, err := l.s.do(ctx, &pb.InternalRaftRequest{Txn: txn})
-	return err == nil // committed: deleted, or the compare failed (gone, or rewritten)
+	_, err := l.deleteIf(ctx, &pb.Compare{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL,
+		TargetUnion: &pb.Compare_ModRevision{ModRevision: modRev}})
+	return err == nil
 }
 
-// stillAt reports whether this member's store still has key at modRev.
+// stillAt reports whether this member's store still has key at modRev; a
+// retry that finds it gone or rewritten here has nothing left to do.
 func (l *Locks) stillAt(key string, modRev int64) bool {
 	resp, err := l.s.cfg.KV.Range(&pb.RangeRequest{Key: []byte(key)})
 	if err != nil {
@@ -210,18 +206,17 @@ func (l *Locks) stillAt(key string, modRev int64) bool {
 // for them (the member stops raft and its store after).
 func (l *Locks) Close() {
 	l.retryMu.Lock()
-	l.closed = true
 	l.stop()
 	l.retryMu.Unlock()
 	l.retries.Wait()
 }
 
-// deleteAt deletes key if its create revision is token; it reports whether
-// it did and the revision.
-func (l *Locks) deleteAt(ctx context.Context, key string, token int64) (*pb.TxnResponse, error) {
+// deleteIf deletes cmp's key in one Txn if cmp holds; the response says
+// whether it did (Succeeded) and at which revision.
+func (l *Locks) deleteIf(ctx context.Context, cmp *pb.Compare) (*pb.TxnResponse, error) {
 	txn := &pb.TxnRequest{
-		Compare: []*pb.Compare{{Key: []byte(key), Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: token}}},
-		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(key)}}}},
+		Compare: []*pb.Compare{cmp},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: cmp.Key}}}},
 	}
 	res, err := l.s.do(ctx, &pb.InternalRaftRequest{Txn: txn})
 	if err != nil {
@@ -344,7 +339,8 @@ func (es *electionService) Resign(ctx context.Context, r *v3electionpb.ResignReq
 	if r.Leader == nil {
 		return nil, errMissingLeaderKey
 	}
-	tr, err := es.l.deleteAt(ctx, string(r.Leader.Key), r.Leader.Rev)
+	tr, err := es.l.deleteIf(ctx, &pb.Compare{Key: r.Leader.Key, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL,
+		TargetUnion: &pb.Compare_CreateRevision{CreateRevision: r.Leader.Rev}})
 	if err != nil {
 		return nil, err
 	}

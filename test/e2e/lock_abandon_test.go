@@ -32,7 +32,7 @@ func TestWaiterLeavingACutOffMember(t *testing.T) {
 	}
 	cut := (lead + 1) % 3
 	major := c.Client(lead)
-	lc := lockClients{cli: major, native: tenurev1.NewLocksClient(major.ActiveConnection())}
+	lc := lockClientsOf(major)
 	waiterConn := plainConn(t, c.DirectEndpoint(cut))
 	pendingURL := c.DirectEndpoint(cut) + "/metrics"
 	pending := func() float64 { return scrape(t, pendingURL)["tenure_lock_abandoned_keys_pending"] }

@@ -31,9 +31,13 @@ func startLocks(t *testing.T, size int) (*cluster.Cluster, lockClients) {
 		t.Skip("Tenure lock semantics (etcd has the bugs these tests pin down)")
 	}
 	c := start(t, cluster.Options{Size: size})
-	cli := c.ClientAll()
+	return c, lockClientsOf(c.ClientAll())
+}
+
+// lockClientsOf is the lock services' clients on cli's connection.
+func lockClientsOf(cli *clientv3.Client) lockClients {
 	conn := cli.ActiveConnection()
-	return c, lockClients{cli: cli, lock: v3lockpb.NewLockClient(conn), election: v3electionpb.NewElectionClient(conn), native: tenurev1.NewLocksClient(conn)}
+	return lockClients{cli: cli, lock: v3lockpb.NewLockClient(conn), election: v3electionpb.NewElectionClient(conn), native: tenurev1.NewLocksClient(conn)}
 }
 
 func grantLease(t *testing.T, ctx context.Context, cli *clientv3.Client, ttl int64) clientv3.LeaseID {
@@ -482,6 +486,12 @@ func TestElectionServices(t *testing.T) {
 	}
 	_, err = lc.election.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: a.Leader, Value: []byte("zombie")})
 	wantCode(t, err, codes.FailedPrecondition, "Proclaim by a resigned leader")
+	// Resign deletes the leader key only at the revision it names (as
+	// etcd's does): another revision of b's key answers and resigns nothing.
+	stale := &v3electionpb.LeaderKey{Name: b.Leader.Name, Key: b.Leader.Key, Rev: b.Leader.Rev - 1, Lease: b.Leader.Lease}
+	if _, err := lc.election.Resign(ctx, &v3electionpb.ResignRequest{Leader: stale}); err != nil {
+		t.Fatalf("Resign at another revision: %v", err)
+	}
 	l, err := lc.election.Leader(ctx, &v3electionpb.LeaderRequest{Name: name})
 	if err != nil || string(l.Kv.Value) != "b" {
 		t.Fatalf("Leader: %v %v", l, err)
