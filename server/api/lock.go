@@ -187,9 +187,21 @@ const (
 func (l *Locks) tryAbandon(key string, modRev int64) bool {
 	ctx, cancel := context.WithTimeout(l.stopping, l.s.cfg.RequestTimeout)
 	defer cancel()
-	_, err := l.deleteIf(ctx, &pb.Compare{Key: []byte(key), Target: pb.Compare_MOD, Result: pb.Compare_EQUAL,
-		TargetUnion: &pb.Compare_ModRevision{ModRevision: modRev}})
+	_, err := l.deleteIf(ctx, modifiedAt([]byte(key), modRev))
 	return err == nil
+}
+
+// createdAt holds while key is the incarnation created at rev (a lock or
+// leader key's token).
+func createdAt(key []byte, rev int64) *pb.Compare {
+	return &pb.Compare{Key: key, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL,
+		TargetUnion: &pb.Compare_CreateRevision{CreateRevision: rev}}
+}
+
+// modifiedAt holds while key was last written at rev.
+func modifiedAt(key []byte, rev int64) *pb.Compare {
+	return &pb.Compare{Key: key, Target: pb.Compare_MOD, Result: pb.Compare_EQUAL,
+		TargetUnion: &pb.Compare_ModRevision{ModRevision: rev}}
 }
 
 // stillAt reports whether this member's store still has key at modRev; a
@@ -320,7 +332,7 @@ func (es *electionService) Proclaim(ctx context.Context, r *v3electionpb.Proclai
 		return nil, errMissingLeaderKey
 	}
 	txn := &pb.TxnRequest{
-		Compare: []*pb.Compare{{Key: r.Leader.Key, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_CreateRevision{CreateRevision: r.Leader.Rev}}},
+		Compare: []*pb.Compare{createdAt(r.Leader.Key, r.Leader.Rev)},
 		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: r.Leader.Key, Value: r.Value, Lease: r.Leader.Lease}}}},
 	}
 	res, err := es.l.s.do(ctx, &pb.InternalRaftRequest{Txn: txn})
@@ -339,8 +351,7 @@ func (es *electionService) Resign(ctx context.Context, r *v3electionpb.ResignReq
 	if r.Leader == nil {
 		return nil, errMissingLeaderKey
 	}
-	tr, err := es.l.deleteIf(ctx, &pb.Compare{Key: r.Leader.Key, Target: pb.Compare_CREATE, Result: pb.Compare_EQUAL,
-		TargetUnion: &pb.Compare_CreateRevision{CreateRevision: r.Leader.Rev}})
+	tr, err := es.l.deleteIf(ctx, createdAt(r.Leader.Key, r.Leader.Rev))
 	if err != nil {
 		return nil, err
 	}
