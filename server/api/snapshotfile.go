@@ -177,7 +177,7 @@ func ReadSnapshot(r io.Reader, fn func(key, value []byte) error) (SnapshotInfo, 
 			break
 		}
 		if kl > 1<<20 {
-			return info, fmt.Errorf("%w: key length %d", ErrSnapshotFormat, kl)
+			return info, cr.structural(fmt.Sprintf("key length %d", kl))
 		}
 		k := make([]byte, kl)
 		if _, err := io.ReadFull(cr, k); err != nil {
@@ -188,14 +188,14 @@ func ReadSnapshot(r io.Reader, fn func(key, value []byte) error) (SnapshotInfo, 
 			return info, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
 		}
 		if vl > 1<<30 {
-			return info, fmt.Errorf("%w: value length %d", ErrSnapshotFormat, vl)
+			return info, cr.structural(fmt.Sprintf("value length %d", vl))
 		}
 		v := make([]byte, vl)
 		if _, err := io.ReadFull(cr, v); err != nil {
 			return info, fmt.Errorf("%w: %v", ErrSnapshotChecksum, err)
 		}
 		if k[0] < storage.StateMachineStart || k[0] >= storage.StateMachineEnd || (prev != nil && bytes.Compare(prev, k) >= 0) {
-			return info, fmt.Errorf("%w: key %x out of order or outside the state-machine range", ErrSnapshotFormat, k)
+			return info, cr.structural(fmt.Sprintf("key %x out of order or outside the state-machine range", k))
 		}
 		prev = k
 		crc.Write(k)
@@ -244,6 +244,40 @@ func ReadSnapshot(r io.Reader, fn func(key, value []byte) error) (SnapshotInfo, 
 	info.Hash = crc.Sum32()
 	info.SHA256 = got
 	return info, nil
+}
+
+// structural classifies a fault in the records found before the checksum
+// could be read. A flipped bit in a key or a length shows up as a structural
+// fault long before the trailer, so the rest of the file is hashed first: if
+// the trailing sha256 does not match, the file is corrupt and the error is
+// ErrSnapshotChecksum; only a file whose checksum matches is reported as
+// malformed (ErrSnapshotFormat). Both name the fault.
+func (c *countingReader) structural(fault string) error {
+	t := &tailHasher{h: c.h}
+	c.h = nil
+	if _, err := io.Copy(t, c.r); err != nil {
+		return fmt.Errorf("%w: %s (reading the rest: %v)", ErrSnapshotChecksum, fault, err)
+	}
+	if len(t.tail) < sha256.Size || !bytes.Equal(t.h.Sum(nil), t.tail) {
+		return fmt.Errorf("%w: %s", ErrSnapshotChecksum, fault)
+	}
+	return fmt.Errorf("%w: %s", ErrSnapshotFormat, fault)
+}
+
+// tailHasher hashes everything written to it except the last sha256.Size
+// bytes, which it keeps in tail: the checksum of a stream of unknown length.
+type tailHasher struct {
+	h    hash.Hash
+	tail []byte
+}
+
+func (t *tailHasher) Write(p []byte) (int, error) {
+	t.tail = append(t.tail, p...)
+	if n := len(t.tail) - sha256.Size; n > 0 {
+		t.h.Write(t.tail[:n])
+		t.tail = append(t.tail[:0], t.tail[n:]...)
+	}
+	return len(p), nil
 }
 
 // countingReader counts bytes and feeds them to h (when set).

@@ -3,8 +3,10 @@ package api
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -12,7 +14,11 @@ import (
 	"github.com/tenure-io/tenure/server/storage"
 )
 
-func testSnapshotDB(t *testing.T) *pebble.DB {
+func testSnapshotDB(t *testing.T) *pebble.DB { return testSnapshotDBN(t, 300) }
+
+// testSnapshotDBN holds the two revision keys, a raft-layer key that must not
+// be shipped, and n KV records of growing size.
+func testSnapshotDBN(t *testing.T, n int) *pebble.DB {
 	t.Helper()
 	db, err := storage.Open(t.TempDir(), storage.Options{})
 	if err != nil {
@@ -23,7 +29,7 @@ func testSnapshotDB(t *testing.T) *pebble.DB {
 	_ = b.Set([]byte{storage.PrefixRaftLog, 1}, []byte("raft log: never shipped"), nil)
 	_ = b.Set(storage.KeyCurrentRev, storage.U64(42), nil)
 	_ = b.Set(storage.KeyCompactRev, storage.U64(7), nil)
-	for i := 0; i < 300; i++ {
+	for i := 0; i < n; i++ {
 		_ = b.Set([]byte(fmt.Sprintf("%c%05d", storage.PrefixKV, i)), bytes.Repeat([]byte{byte(i)}, i), nil)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
@@ -100,5 +106,52 @@ func TestSnapshotFileErrors(t *testing.T) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// Every damaged byte after the header is reported as corruption, wherever it
+// lands: a flipped key or length byte shows up as a structural fault before
+// the checksum is reached, and must not be reported as "not a snapshot".
+func TestSnapshotFileEveryFlipIsCorruption(t *testing.T) {
+	db := testSnapshotDBN(t, 40) // every byte is tried twice: keep the file small
+	snap := db.NewSnapshot()
+	defer snap.Close()
+	var buf bytes.Buffer
+	if _, err := WriteSnapshot(&buf, snap); err != nil {
+		t.Fatal(err)
+	}
+	good := buf.Bytes()
+	for i := len(snapshotMagic) + 4; i < len(good); i++ {
+		for _, mask := range []byte{0x01, 0xff} {
+			b := bytes.Clone(good)
+			b[i] ^= mask
+			if _, err := ReadSnapshot(bytes.NewReader(b), nil); !errors.Is(err, ErrSnapshotChecksum) {
+				t.Fatalf("byte %d of %d ^%#x: got %v, want %v", i, len(good), mask, err, ErrSnapshotChecksum)
+			}
+		}
+	}
+}
+
+// A file whose checksum matches but whose records are out of order was
+// written by something other than Tenure: that is a format error, named.
+func TestSnapshotFileMalformedWithGoodChecksum(t *testing.T) {
+	rec := func(k, v string) []byte {
+		b := binary.AppendUvarint(nil, uint64(len(k)))
+		b = append(b, k...)
+		b = binary.AppendUvarint(b, uint64(len(v)))
+		return append(b, v...)
+	}
+	kv := func(i int) string { return fmt.Sprintf("%c%05d", storage.PrefixKV, i) }
+	b := append([]byte(snapshotMagic), 0, 0, 0, snapshotVersion)
+	b = append(b, rec(kv(2), "b")...)
+	b = append(b, rec(kv(1), "a")...)
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, 2)
+	b = append(b, make([]byte, paddedSize(int64(len(b)))-sha256.Size-int64(len(b)))...)
+	sum := sha256.Sum256(b)
+	b = append(b, sum[:]...)
+	_, err := ReadSnapshot(bytes.NewReader(b), nil)
+	if !errors.Is(err, ErrSnapshotFormat) || errors.Is(err, ErrSnapshotChecksum) || !strings.Contains(err.Error(), "out of order") {
+		t.Fatalf("got %v, want %v naming the out-of-order key", err, ErrSnapshotFormat)
 	}
 }
