@@ -73,15 +73,20 @@ func TestSnapshotFileRoundTrip(t *testing.T) {
 	}
 }
 
-func TestSnapshotFileErrors(t *testing.T) {
-	db := testSnapshotDB(t)
-	snap := db.NewSnapshot()
+// testSnapshotFile is the snapshot file of testSnapshotDBN(t, n).
+func testSnapshotFile(t *testing.T, n int) []byte {
+	t.Helper()
+	snap := testSnapshotDBN(t, n).NewSnapshot()
 	defer snap.Close()
 	var buf bytes.Buffer
 	if _, err := WriteSnapshot(&buf, snap); err != nil {
 		t.Fatal(err)
 	}
-	good := buf.Bytes()
+	return buf.Bytes()
+}
+
+func TestSnapshotFileErrors(t *testing.T) {
+	good := testSnapshotFile(t, 300)
 	flip := func(i int) []byte {
 		b := bytes.Clone(good)
 		b[i] ^= 0x01
@@ -113,14 +118,7 @@ func TestSnapshotFileErrors(t *testing.T) {
 // lands: a flipped key or length byte shows up as a structural fault before
 // the checksum is reached, and must not be reported as "not a snapshot".
 func TestSnapshotFileEveryFlipIsCorruption(t *testing.T) {
-	db := testSnapshotDBN(t, 40) // every byte is tried twice: keep the file small
-	snap := db.NewSnapshot()
-	defer snap.Close()
-	var buf bytes.Buffer
-	if _, err := WriteSnapshot(&buf, snap); err != nil {
-		t.Fatal(err)
-	}
-	good := buf.Bytes()
+	good := testSnapshotFile(t, 40) // every byte is tried twice: keep the file small
 	for i := len(snapshotMagic) + 4; i < len(good); i++ {
 		for _, mask := range []byte{0x01, 0xff} {
 			b := bytes.Clone(good)
