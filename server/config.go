@@ -31,6 +31,11 @@ type Config struct {
 	LogLevel                 string        // --log-level: debug|info|warn|error
 	LogFormat                string        // --log-format: json|text
 	EnablePprof              bool          // --enable-pprof: /debug/pprof on the client URLs
+	// ThriftyReplication (--experimental-thrifty-replication), when
+	// positive, lets the leader hold its appends to the followers no
+	// commit needs for up to this long and send them merged
+	// (docs/architecture.md, "Thrifty replication"). 0, the default, is off.
+	ThriftyReplication time.Duration
 
 	// Client TLS (https:// client URLs), etcd's flags.
 	ClientTLS TLSInfo // --cert-file, --key-file, --trusted-ca-file, --client-cert-auth

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tenure-io/tenure/server/raftnode"
 )
 
 // Limits enforced by Validate.
@@ -358,6 +360,9 @@ func (c *Config) Validate() error {
 	}
 	if cc.LeaseExpiryRate < 0 {
 		add("--lease-expiry-rate", "must be > 0 revocations per second, got %d", cc.LeaseExpiryRate)
+	}
+	if cc.ThriftyReplication < 0 || cc.ThriftyReplication > raftnode.MaxThriftyDelay {
+		add("--experimental-thrifty-replication", "must be between 0 (off) and %v, got %v", raftnode.MaxThriftyDelay, cc.ThriftyReplication)
 	}
 	if cc.WatchProgressNotifyInterval < 0 {
 		add("WatchProgressNotifyInterval", "must be > 0, got %v", cc.WatchProgressNotifyInterval)

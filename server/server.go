@@ -176,6 +176,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		ElectionTicks:   electionTicks,
 		SnapshotCount:   cfg.SnapshotCount,
 		MaxRequestBytes: cfg.MaxRequestBytes,
+		ThriftyDelay:    cfg.ThriftyReplication,
 		StateMachine:    ap,
 		Logger:          lg,
 		Observer:        mm.observer(),

@@ -37,6 +37,11 @@ type Config struct {
 	// (ProposalDeferrer) waiting for another to share its round; default
 	// DefaultDeferLinger.
 	DeferLinger time.Duration
+	// ThriftyDelay, when positive, turns on thrifty replication (see
+	// thrifty.go): the leader holds its appends to the followers no commit
+	// needs for up to this long and sends them merged. Zero, the default,
+	// sends every append to every follower at once.
+	ThriftyDelay time.Duration
 
 	StateMachine   StateMachine
 	Logger         *slog.Logger
@@ -63,6 +68,9 @@ func (c *Config) Validate() error {
 	}
 	if c.StateMachine == nil {
 		errs = append(errs, errors.New("raftnode: Config.StateMachine is nil"))
+	}
+	if c.ThriftyDelay < 0 || c.ThriftyDelay > MaxThriftyDelay {
+		errs = append(errs, fmt.Errorf("raftnode: Config.ThriftyDelay=%v, want 0 to %v", c.ThriftyDelay, MaxThriftyDelay))
 	}
 	if c.TickInterval < 0 {
 		errs = append(errs, errors.New("raftnode: Config.TickInterval is negative"))

@@ -38,6 +38,11 @@
 //   - A follower sends its proposals and ReadIndex requests straight to the
 //     leader it knows (as raft forwards them, without a term) instead of
 //     leaving them to its next Ready, which waits behind its own disk sync.
+//   - With Config.ThriftyDelay (off by default), the leader holds its appends
+//     to the followers no commit needs (all but the most advanced majority;
+//     never one that forwarded a request within an election timeout) for up
+//     to that long and sends them merged; any other message to such a
+//     follower releases them first (thrifty.go).
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
@@ -37,6 +38,7 @@ type Node struct {
 	rcfg   *raft.Config
 	boot   []raft.Peer // non-nil: bootstrap a new cluster on Start
 	tr     Transport
+	th     *thrifty       // nil: thrifty replication off
 	peerTr *PeerTransport // non-nil when the default transport is used
 
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
@@ -214,6 +216,11 @@ func New(cfg Config) (*Node, error) {
 	maxMsg := uint64(1 << 20)
 	if uint64(cfg.MaxRequestBytes) > maxMsg {
 		maxMsg = uint64(cfg.MaxRequestBytes)
+	}
+	if cfg.ThriftyDelay > 0 {
+		// A follower that forwarded a request within an election timeout
+		// still has clients waiting for its apply.
+		n.th = newThrifty(cfg.ThriftyDelay, cfg.TickInterval*time.Duration(cfg.ElectionTicks), n.tr, int(maxMsg))
 	}
 	n.rcfg = &raft.Config{
 		ID:                        n.id,
@@ -468,6 +475,9 @@ func (n *Node) handleReady(rd raft.Ready) bool {
 		}
 	}
 	leader := n.isLeader.Load()
+	if n.th != nil {
+		n.chooseLazy(leader)
+	}
 	// Committed entries already on disk and not rewritten by this Ready
 	// are applied while it is persisted (as etcd does): under load the
 	// leader's Ready carries both new entries and the commit of earlier
@@ -616,7 +626,22 @@ func (n *Node) send(msgs []*raftpb.Message) {
 		}
 		out = append(out, m)
 	}
+	if n.th != nil {
+		n.th.send(out)
+		return
+	}
 	n.tr.Send(out)
+}
+
+// chooseLazy updates thrifty replication's lazy followers before a Ready's
+// messages go out.
+func (n *Node) chooseLazy(leader bool) {
+	if !leader {
+		n.th.choose(false, n.id, tracker.Config{}, nil, time.Time{})
+		return
+	}
+	st := n.rn.Status()
+	n.th.choose(true, n.id, st.Config, st.Progress, time.Now())
 }
 
 func (n *Node) setLeader(lead uint64, isLeader bool) {
@@ -777,6 +802,9 @@ func (n *Node) Status() Status {
 func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 	if !n.started.Load() {
 		return ErrStopped
+	}
+	if n.th != nil && (m.GetType() == raftpb.MsgProp || m.GetType() == raftpb.MsgReadIndex) && n.isLeader.Load() {
+		n.th.markBusy(m.GetFrom(), time.Now())
 	}
 	if m.GetType() == raftpb.MsgProp {
 		// On the leader a forwarded proposal joins the proposal buffer

@@ -1,0 +1,228 @@
+package raftnode
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/raft/v3/quorum"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+	"google.golang.org/protobuf/proto"
+)
+
+// sendRecorder is a Transport that records what is sent, in order.
+type sendRecorder struct {
+	Transport
+	mu   sync.Mutex
+	sent []*raftpb.Message
+}
+
+func (r *sendRecorder) Send(msgs []*raftpb.Message) {
+	r.mu.Lock()
+	r.sent = append(r.sent, msgs...)
+	r.mu.Unlock()
+}
+
+func (r *sendRecorder) take() []*raftpb.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.sent
+	r.sent = nil
+	return out
+}
+
+func thriftyApp(to, index, commit uint64, n int) *raftpb.Message {
+	m := &raftpb.Message{Type: raftpb.MsgApp.Enum(), To: proto.Uint64(to), From: proto.Uint64(1),
+		Term: proto.Uint64(3), LogTerm: proto.Uint64(3), Index: proto.Uint64(index), Commit: proto.Uint64(commit)}
+	for i := range n {
+		m.Entries = append(m.Entries, &raftpb.Entry{Index: proto.Uint64(index + 1 + uint64(i)), Term: proto.Uint64(3), Data: []byte("x")})
+	}
+	return m
+}
+
+func entryIndexes(m *raftpb.Message) []uint64 {
+	var out []uint64
+	for _, e := range m.Entries {
+		out = append(out, e.GetIndex())
+	}
+	return out
+}
+
+// A lazy follower's appends are held and merged; the eager follower's go
+// at once; any other message to the lazy follower releases what is held
+// ahead of itself.
+func TestThriftyHoldsMergesAndReleasesInOrder(t *testing.T) {
+	rec := &sendRecorder{}
+	th := newThrifty(time.Hour, time.Second, rec, 1<<20) // no timer flush during the test
+	th.held[3] = &heldApps{}
+
+	th.send([]*raftpb.Message{thriftyApp(2, 10, 9, 2), thriftyApp(3, 10, 9, 2)})
+	th.send([]*raftpb.Message{thriftyApp(2, 12, 11, 1), thriftyApp(3, 12, 11, 1)})
+	got := rec.take()
+	if len(got) != 2 || got[0].GetTo() != 2 || got[1].GetTo() != 2 {
+		t.Fatalf("sent %v, want only the two appends to the eager follower 2", got)
+	}
+	hb := &raftpb.Message{Type: raftpb.MsgHeartbeat.Enum(), To: proto.Uint64(3), From: proto.Uint64(1), Term: proto.Uint64(3)}
+	th.send([]*raftpb.Message{hb})
+	got = rec.take()
+	if len(got) != 2 {
+		t.Fatalf("heartbeat released %d messages, want the merged append and the heartbeat", len(got))
+	}
+	m := got[0]
+	if m.GetType() != raftpb.MsgApp || m.GetIndex() != 10 || m.GetLogTerm() != 3 || m.GetCommit() != 11 ||
+		!slices.Equal(entryIndexes(m), []uint64{11, 12, 13}) {
+		t.Fatalf("merged append = index %d logterm %d commit %d entries %v, want index 10 logterm 3 commit 11 entries [11 12 13]",
+			m.GetIndex(), m.GetLogTerm(), m.GetCommit(), entryIndexes(m))
+	}
+	if got[1] != hb {
+		t.Fatalf("second message %v, want the heartbeat after the append", got[1])
+	}
+}
+
+// Appends that do not continue each other (a probe after a rejection) or
+// that would pass the size budget are not merged.
+func TestThriftyMergesOnlyContiguousWithinBudget(t *testing.T) {
+	rec := &sendRecorder{}
+	th := newThrifty(time.Hour, time.Second, rec, 3*(1+16))
+	th.held[3] = &heldApps{}
+	th.send([]*raftpb.Message{thriftyApp(3, 10, 9, 2), thriftyApp(3, 20, 9, 1)}) // gap: two messages
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("sent %d messages to a lazy follower, want them held", len(got))
+	}
+	th.send([]*raftpb.Message{thriftyApp(3, 21, 9, 1)}) // budget: 4 entries > 3, releases the held two
+	got := rec.take()
+	if len(got) != 2 || got[0].GetIndex() != 10 || got[1].GetIndex() != 20 || len(got[1].Entries) != 1 {
+		t.Fatalf("over the budget released %d messages, want the two held ones unmerged", len(got))
+	}
+	th.choose(false, 1, tracker.Config{}, nil, time.Time{}) // leadership lost: release the rest
+	got = rec.take()
+	if len(got) != 1 || got[0].GetIndex() != 21 {
+		t.Fatalf("losing leadership released %d messages, want the append at 21", len(got))
+	}
+	if len(th.held) != 0 {
+		t.Fatalf("lazy followers %v after losing leadership, want none", th.held)
+	}
+}
+
+// What is held goes out after the delay without any other message.
+func TestThriftyReleasesAfterTheDelay(t *testing.T) {
+	rec := &sendRecorder{}
+	th := newThrifty(10*time.Millisecond, time.Second, rec, 1<<20)
+	th.held[3] = &heldApps{}
+	th.send([]*raftpb.Message{thriftyApp(3, 10, 9, 1)})
+	var got []*raftpb.Message
+	waitFor(t, 5*time.Second, "the held append", func() bool { got = append(got, rec.take()...); return len(got) > 0 })
+	if len(got) != 1 || got[0].GetIndex() != 10 {
+		t.Fatalf("released %d messages, want the append at 10", len(got))
+	}
+}
+
+func voters(ids ...uint64) tracker.Config {
+	mc := quorum.MajorityConfig{}
+	for _, id := range ids {
+		mc[id] = struct{}{}
+	}
+	return tracker.Config{Voters: quorum.JointConfig{mc, nil}}
+}
+
+func TestPickLazy(t *testing.T) {
+	prs := map[uint64]tracker.Progress{1: {Match: 50}, 2: {Match: 40}, 3: {Match: 30}, 4: {Match: 45}, 5: {Match: 20}}
+	idle := func(uint64) bool { return false }
+	busy := func(ids ...uint64) func(uint64) bool { return func(id uint64) bool { return slices.Contains(ids, id) } }
+	joint := voters(1, 2, 3)
+	joint.Voters[1] = quorum.MajorityConfig{1: {}, 2: {}}
+	for _, tc := range []struct {
+		name string
+		cfg  tracker.Config
+		busy func(uint64) bool
+		want []uint64
+	}{
+		{"one member", voters(1), idle, nil},
+		{"two members: the follower is needed", voters(1, 2), idle, nil},
+		{"three: the less advanced follower", voters(1, 2, 3), idle, []uint64{3}},
+		{"three: a busy follower stays eager", voters(1, 2, 3), busy(3), []uint64{2}},
+		{"three: both busy", voters(1, 2, 3), busy(2, 3), nil},
+		{"five: the two least advanced", voters(1, 2, 3, 4, 5), idle, []uint64{3, 5}},
+		{"a joint configuration", joint, idle, nil},
+		{"not a voter itself", voters(2, 3, 4), idle, nil},
+	} {
+		got := pickLazy(1, tc.cfg, prs, tc.busy)
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: lazy %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func (n *Node) lazyFollowers() []uint64 {
+	n.th.mu.Lock()
+	defer n.th.mu.Unlock()
+	var ids []uint64
+	for id := range n.th.held {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// A three-member cluster with thrifty replication keeps one follower lazy,
+// which still receives every entry; when the eager follower stops, the
+// lazy one takes its place and writes keep committing.
+func TestThriftyClusterSwitchesWhenTheEagerFollowerStops(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) { cfg.ThriftyDelay = 20 * time.Millisecond })
+	l := c.leader()
+	for i := range 20 {
+		c.propose(l, fmt.Appendf(nil, "before/%d", i))
+	}
+	var lazy []uint64
+	waitFor(t, 10*time.Second, "one lazy follower", func() bool { lazy = c.nodes[l].lazyFollowers(); return len(lazy) == 1 })
+	lazyIdx, eagerIdx := -1, -1
+	for i, nd := range c.nodes {
+		switch {
+		case i == l:
+		case nd.ID() == lazy[0]:
+			lazyIdx = i
+		default:
+			eagerIdx = i
+		}
+	}
+	waitFor(t, 10*time.Second, "the lazy follower to apply every entry", func() bool { return c.sms[lazyIdx].hasSeen("before/19") })
+
+	c.stop(eagerIdx)
+	for i := range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := c.nodes[l].Propose(ctx, fmt.Appendf(nil, "after/%d", i))
+		cancel()
+		if err != nil {
+			t.Fatalf("propose after the eager follower stopped: %v", err)
+		}
+	}
+	waitFor(t, 10*time.Second, "the writes to commit on the remaining follower", func() bool { return c.sms[lazyIdx].hasSeen("after/19") })
+	// The first write after the stop waited for a release; by then the
+	// remaining follower had passed the stopped one and took its place.
+	if ids := c.nodes[l].lazyFollowers(); len(ids) != 1 || ids[0] != c.ids[eagerIdx] {
+		t.Fatalf("lazy followers %x after the eager one %x stopped, want only the stopped one", ids, c.ids[eagerIdx])
+	}
+}
+
+// A follower that forwards proposals is busy: it is never held back, so its
+// own clients' writes are answered without the delay.
+func TestThriftyForwardingFollowerIsEager(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) { cfg.ThriftyDelay = 20 * time.Millisecond })
+	l := c.leader()
+	c.propose(l, []byte("warm-up"))
+	var lazy []uint64
+	waitFor(t, 10*time.Second, "one lazy follower", func() bool { lazy = c.nodes[l].lazyFollowers(); return len(lazy) == 1 })
+	for i, nd := range c.nodes {
+		if nd.ID() == lazy[0] {
+			c.propose(i, []byte("from the lazy follower"))
+		}
+	}
+	waitFor(t, 10*time.Second, "the forwarding follower to be eager", func() bool {
+		ids := c.nodes[l].lazyFollowers()
+		return len(ids) == 1 && ids[0] != lazy[0]
+	})
+}
