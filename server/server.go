@@ -231,7 +231,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpc.InitialConnWindowSize(clientConnWindowBytes),
 	)
 	edge.Register(clientSrv)
-	mem.locks = edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays})
+	mem.locks = edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays, RelaySessions: cfg.ThriftyReplication > 0})
 	mem.locks.Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
 	// Server reflection lets grpcurl and similar tools call tenure.v1

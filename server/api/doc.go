@@ -26,5 +26,7 @@
 // the apply that granted it. tenure.v1 Session runs the Lock, Unlock,
 // TryLock and CheckFence calls as messages on one stream, each in its own
 // goroutine under the stream's context (at most MaxSessionInFlight at once;
-// one more is answered ResourceExhausted), errors per request.
+// one more is answered ResourceExhausted), errors per request. With
+// LockConfig.RelaySessions (thrifty replication on) a follower relays each
+// Session stream to the leader's instead (session_relay.go).
 package api
