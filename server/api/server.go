@@ -638,17 +638,22 @@ func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest)
 	if lead == 0 {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
-	for _, m := range s.cfg.Node.Members() {
-		if m.ID != lead {
-			continue
-		}
-		if conn := dialMember(m, s.cfg.ForwardCreds); conn != nil {
-			resp, err := pb.NewClusterClient(conn).MemberPromote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
-			_ = conn.Close()
-			return resp, err
-		}
+	if conn := s.dialMemberID(lead); conn != nil {
+		resp, err := pb.NewClusterClient(conn).MemberPromote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
+		_ = conn.Close()
+		return resp, err
 	}
 	return nil, rpctypes.ErrGRPCNotLeader
+}
+
+// dialMemberID is dialMember for the member with that ID (nil if none).
+func (s *Server) dialMemberID(id uint64) *grpc.ClientConn {
+	for _, m := range s.cfg.Node.Members() {
+		if m.ID == id {
+			return dialMember(m, s.cfg.ForwardCreds)
+		}
+	}
+	return nil
 }
 
 // dialMember connects to the first of m's client URLs it can use: http://

@@ -38,15 +38,10 @@ func (l *Locks) sessionRelayConn() *grpc.ClientConn {
 		_ = l.relayConn.Close() // streams on it end; their clients reopen
 		l.relayConn, l.relayTo = nil, 0
 	}
-	for _, m := range node.Members() {
-		if m.ID == lead {
-			if conn := dialMember(m, l.s.cfg.ForwardCreds); conn != nil {
-				l.relayConn, l.relayTo = conn, lead
-				return conn
-			}
-		}
+	if conn := l.s.dialMemberID(lead); conn != nil {
+		l.relayConn, l.relayTo = conn, lead
 	}
-	return nil
+	return l.relayConn
 }
 
 // relaySession copies st's requests to a Session stream on conn and that
@@ -59,6 +54,8 @@ func relaySession(st tenurev1.Locks_SessionServer, conn *grpc.ClientConn) error 
 	if err != nil {
 		return err
 	}
+	// The copier is not waited for: it ends when st does, which is when
+	// this handler returns (or the client goes first).
 	go func() {
 		for {
 			req, err := st.Recv()

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -151,12 +152,13 @@ func (th *thrifty) markBusy(from uint64, now time.Time) {
 // choose sets the lazy followers from the leader's progress (leader
 // false: none, releasing everything held).
 func (th *thrifty) choose(leader bool, self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, now time.Time) {
-	var lazy []uint64
-	if leader {
-		lazy = pickLazy(self, cfg, prs, th.isBusy(now))
-	}
 	th.mu.Lock()
 	defer th.mu.Unlock()
+	var lazy []uint64
+	if leader {
+		maps.DeleteFunc(th.busy, func(_ uint64, at time.Time) bool { return now.Sub(at) >= th.busyFor })
+		lazy = pickLazy(self, cfg, prs, func(id uint64) bool { _, ok := th.busy[id]; return ok })
+	}
 	for id, h := range th.held {
 		if !slices.Contains(lazy, id) {
 			if len(h.msgs) > 0 {
@@ -171,20 +173,6 @@ func (th *thrifty) choose(leader bool, self uint64, cfg tracker.Config, prs map[
 			th.held[id] = &heldApps{}
 		}
 	}
-}
-
-func (th *thrifty) isBusy(now time.Time) func(uint64) bool {
-	th.mu.Lock()
-	defer th.mu.Unlock()
-	var busy []uint64
-	for id, at := range th.busy {
-		if now.Sub(at) < th.busyFor {
-			busy = append(busy, id)
-		} else {
-			delete(th.busy, id)
-		}
-	}
-	return func(id uint64) bool { return slices.Contains(busy, id) }
 }
 
 // pickLazy returns the voting followers no commit needs: with v voters a
@@ -211,20 +199,14 @@ func pickLazy(self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, 
 	if need >= len(followers) {
 		return nil
 	}
+	rank := func(id uint64) int { // busy first
+		if busy(id) {
+			return 0
+		}
+		return 1
+	}
 	slices.SortFunc(followers, func(a, b uint64) int {
-		if ba, bb := busy(a), busy(b); ba != bb {
-			if ba {
-				return -1
-			}
-			return 1
-		}
-		if ma, mb := prs[a].Match, prs[b].Match; ma != mb {
-			if ma > mb {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a, b)
+		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(prs[b].Match, prs[a].Match), cmp.Compare(a, b))
 	})
 	var lazy []uint64
 	for _, id := range followers[need:] {
