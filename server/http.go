@@ -117,6 +117,12 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	counter("tenure_raft_deferred_proposals_total", "Proposals this leader held back to share the raft round of the next one (lock acquires that queue behind an owner).", func() float64 {
 		return float64(m.node.DeferredProposals())
 	})
+	counter("tenure_lock_grants_pushed_total", "Lock grants this leader sent to the member where the waiting call is, ahead of that member's own apply.", func() float64 {
+		return float64(m.node.NoticesSent())
+	})
+	counter("tenure_lock_pushed_grants_delivered_total", "Waiting lock calls on this member woken by a grant the leader pushed, before this member applied it.", func() float64 {
+		return float64(m.lockm.PushedGrantsDelivered())
+	})
 	counter("tenure_lease_renewals_local_total", "Keepalives this member acknowledged without a raft round, within the grace of its own replicated renewal of the lease.", func() float64 {
 		return float64(m.lessor.RenewedLocally())
 	})

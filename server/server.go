@@ -91,6 +91,7 @@ type Member struct {
 	metrics  *memberMetrics
 	edge     *api.Server
 	locks    *api.Locks
+	lockm    *lock.Machine
 	ap       *apply.Applier
 	grpcs    []*grpc.Server
 	https    []*http.Server
@@ -192,11 +193,30 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			}
 			delays.SetLeader(ev.IsLeader)
 		},
+		// The only notices members send are lock grants (below).
+		OnNotice: func(from uint64, payload []byte) {
+			n, err := lock.UnmarshalGrantNotice(payload)
+			if err != nil {
+				lg.Warn("undecodable notice from a peer; ignored", "peer", fmt.Sprintf("%x", from), "err", err)
+				return
+			}
+			locks.DeliverGrant(n)
+		},
 	})
 	if err != nil {
 		return nil, err
 	}
 	ap.SetProposer(node)
+	// The leader, which usually applies an entry first, pushes each grant
+	// to the member where the waiting call is: that member answers it
+	// without first learning the commit and applying the entry, which on a
+	// follower waits behind its own log fsync (one raft round's share of a
+	// hand-off's time; docs/locks.md).
+	locks.SetGrantHook(func(n lock.Note) {
+		if lead, _ := node.LeaderTerm(); lead == node.ID() && n.Origin != lead {
+			node.SendNotice(n.Origin, lock.MarshalGrantNotice(n))
+		}
+	})
 
 	// etcd's minimum lease TTL: leases shorter than 1.5 election timeouts
 	// could expire during an ordinary leader election.
@@ -208,7 +228,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		ForwardCreds: forwardCreds,
 	})
 
-	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db, metrics: mm, edge: edge, ap: ap}
+	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db, metrics: mm, edge: edge, ap: ap, lockm: locks}
 	mem.registry = mem.newRegistry()
 	clientSrv := grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),

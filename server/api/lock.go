@@ -95,29 +95,88 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	key := lock.KeyFor(name, lease)
 	w := l.m.WaitKey(key) // before proposing: the grant may come with the acquire
 	defer w.Close()
-	out, err := l.do(ctx, &lock.Op{Kind: lock.OpAcquire, Name: name, Lease: lease, Value: value, Flags: flags, MaxWaiters: uint32(l.cfg.MaxWaiters)})
-	if err != nil {
-		return nil, err
+	op := &lock.Op{Kind: lock.OpAcquire, Name: name, Lease: lease, Value: value, Flags: flags, MaxWaiters: uint32(l.cfg.MaxWaiters),
+		ReqID: l.s.cfg.Applier.NewRequestID()}
+	if flags&lock.FlagTry != 0 {
+		out, err := l.do(ctx, op)
+		if err != nil {
+			return nil, err
+		}
+		return out.(*lock.AcquireResult), nil
 	}
-	ar := out.(*lock.AcquireResult)
-	if ar.Granted || flags&lock.FlagTry != 0 {
-		return ar, nil
+	// The acquire's own result comes from this member's apply; the grant
+	// may come first, pushed by the leader (it names this call's request,
+	// Note.ReqID). On a member whose apply lags, waiting for the result
+	// first would hold up the whole queue behind this waiter.
+	type doResult struct {
+		out any
+		err error
+	}
+	resc := make(chan doResult, 1)
+	go func() {
+		out, err := l.do(ctx, op)
+		resc <- doResult{out, err}
+	}()
+	var (
+		ar   *lock.AcquireResult
+		held []lock.Note // notes that came before the result
+	)
+	// settle judges a note once the result is known; done reports an end.
+	settle := func(n lock.Note) (done bool, err error) {
+		if n.Token != ar.Token {
+			return false, nil // an earlier incarnation of the same key
+		}
+		switch n.Kind {
+		case lock.NoteGranted:
+			ar.Granted, ar.Rev = true, n.Rev
+			ar.Owner = lock.Owner{Key: n.Key, Token: n.Token, Lease: n.Lease}
+			return true, nil
+		case lock.NoteRemoved:
+			return true, ToGRPC(lock.ErrWaiterRemoved)
+		}
+		return false, nil
 	}
 	for {
 		select {
-		case n := <-w.C():
-			if n.Token != ar.Token {
-				continue // an earlier incarnation of the same key
+		case r := <-resc:
+			resc = nil
+			if r.err != nil {
+				return nil, r.err
 			}
-			switch n.Kind {
-			case lock.NoteGranted:
-				ar.Granted, ar.Rev = true, n.Rev
-				ar.Owner = lock.Owner{Key: n.Key, Token: n.Token, Lease: n.Lease}
+			if ar = r.out.(*lock.AcquireResult); ar.Granted {
 				return ar, nil
-			case lock.NoteRemoved:
-				return nil, ToGRPC(lock.ErrWaiterRemoved)
+			}
+			for _, n := range held {
+				if done, err := settle(n); done {
+					return ar, err
+				}
+			}
+			held = nil
+		case n := <-w.C():
+			if ar == nil {
+				if n.Kind == lock.NoteGranted && n.ReqID == op.ReqID {
+					return &lock.AcquireResult{Key: n.Key, Token: n.Token, Granted: true, Rev: n.Rev,
+						Owner: lock.Owner{Key: n.Key, Token: n.Token, Lease: n.Lease}}, nil
+				}
+				// Before the result only a grant naming this request is
+				// known to be this call's.
+				held = append(held, n)
+				continue
+			}
+			if done, err := settle(n); done {
+				return ar, err
 			}
 		case <-ctx.Done():
+			if ar == nil {
+				// do ends with ctx too: as when it ran inline, its error
+				// is the answer, and a result that made it first is
+				// abandoned like any other wait that gave up.
+				r := <-resc
+				if r.err != nil {
+					return nil, r.err
+				}
+				ar = r.out.(*lock.AcquireResult)
+			}
 			l.abandon(ar.Key, ar.ModRev)
 			return nil, ToGRPC(ctx.Err())
 		}

@@ -130,6 +130,11 @@ func (a *Applier) SetProposer(p Proposer) {
 
 func (a *Applier) nextID() uint64 { return a.idBase + a.idSeq.Add(1) }
 
+// NewRequestID returns a request id for DoLock (Op.ReqID) that the caller
+// needs to know before proposing: a grant the leader pushes names the
+// acquire by it (lock.Note.ReqID).
+func (a *Applier) NewRequestID() uint64 { return a.nextID() }
+
 // Do proposes an etcd request and waits for its result.
 func (a *Applier) Do(ctx context.Context, r *pb.InternalRaftRequest) Result {
 	id := a.nextID()
@@ -236,10 +241,16 @@ func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
 	}
 }
 
-// DoLock proposes a native lock operation and waits for its result.
+// DoLock proposes a native lock operation and waits for its result. It
+// gives op a request id unless op has one (NewRequestID).
 func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
-	id := a.nextID()
-	op.ReqID = id
+	if op.ReqID == 0 {
+		op.ReqID = a.nextID()
+	}
+	id := op.ReqID
+	if op.Kind == lock.OpAcquire {
+		op.Origin = a.node.ID() // where the grant is awaited (lock.Machine.SetGrantHook)
+	}
 	return a.propose(ctx, id, append([]byte{KindLock}, op.Marshal()...))
 }
 

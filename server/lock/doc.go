@@ -31,6 +31,13 @@
 //     but gets a new mod revision, reported as AcquireResult.ModRev. A call
 //     that gives up deletes its key only at that mod revision, so its delete,
 //     however late, spares a later call of the same lease.
+//   - An OpAcquire carries the member where its call waits and the call's
+//     request ID (Op.Origin, Op.ReqID; a trailing field, absent from older
+//     entries). They only route: NoteGranted carries them, the grant hook
+//     (SetGrantHook) sees every such grant after Publish, and the server on
+//     the leader pushes it to that member, where DeliverGrant wakes the call
+//     before the member applies the entry. A waiter gets each grant once,
+//     pushed or applied. Neither ever changes an outcome.
 //   - Every limit that affects the outcome (MaxWaiters) travels in the entry.
 //   - Names of forgotten locks are cached as empty (bounded) so a lock used
 //     again does not re-read its prefix from the store (a read that costs a

@@ -84,6 +84,10 @@ type Note struct {
 	Epoch   uint64 // NoteDelayStarted: raft index at which the delay began
 	DelayMs int64
 	Value   []byte
+	// Origin and ReqID (NoteGranted): the member whose call acquired Key
+	// and that call's request (Op.ReqID), when the key was last written by
+	// an OpAcquire; 0 for plain-KV keys.
+	Origin, ReqID uint64
 }
 
 // Owner describes a lock's current holder.
@@ -121,6 +125,8 @@ type Env interface {
 type entry struct {
 	key        string
 	rev, lease int64
+	origin     uint64 // member of the call that last acquired key (routing only)
+	reqID      uint64 // that call's Op.ReqID
 	prev, next *entry
 }
 
@@ -180,6 +186,8 @@ type Machine struct {
 	b      *pebble.Batch
 	index  uint64
 	cause  Cause
+	origin uint64 // Op.Origin and Op.ReqID of the acquire being applied; 0 otherwise
+	reqID  uint64
 	dirty  []*queue
 	staged []Note
 
@@ -209,8 +217,10 @@ type Machine struct {
 	waiters map[string]map[*Waiter]struct{}
 	subs    map[string]map[*Sub]struct{}
 	onDelay func(Note)
+	onGrant func(Note)
 
 	wakeups atomic.Uint64
+	pushed  atomic.Uint64 // calls woken by DeliverGrant
 }
 
 // New loads the registered locks and rebuilds their queues from kv.
@@ -356,11 +366,14 @@ func (m *Machine) apply1(q *queue, rev int64, ev *mvccpb.Event) {
 	switch ev.Type {
 	case mvccpb.PUT:
 		if e == nil {
-			q.push(&entry{key: k, rev: ev.Kv.CreateRevision, lease: ev.Kv.Lease})
+			q.push(&entry{key: k, rev: ev.Kv.CreateRevision, lease: ev.Kv.Lease, origin: m.origin, reqID: m.reqID})
 			m.markDirty(q)
 			return
 		}
 		e.lease = ev.Kv.Lease
+		if m.origin != 0 {
+			e.origin, e.reqID = m.origin, m.reqID // asked again, maybe from another member
+		}
 		if q.granted == e {
 			m.staged = append(m.staged, Note{Kind: NoteUpdated, Lock: q.name, Key: k, Token: e.rev, Lease: e.lease, Rev: rev, Value: ev.Kv.Value})
 		}
@@ -428,7 +441,7 @@ func (m *Machine) grant(q *queue, rev int64) {
 		return
 	}
 	q.granted, q.grantRev = q.head, rev
-	m.staged = append(m.staged, Note{Kind: NoteGranted, Lock: q.name, Key: q.head.key, Token: q.head.rev, Lease: q.head.lease, Rev: rev})
+	m.staged = append(m.staged, Note{Kind: NoteGranted, Lock: q.name, Key: q.head.key, Token: q.head.rev, Lease: q.head.lease, Rev: rev, Origin: q.head.origin, ReqID: q.head.reqID})
 }
 
 // ensure returns the queue for name, registering it (and reading the keys
@@ -578,9 +591,11 @@ func (m *Machine) acquire(env Env, name string, op *Op) (*AcquireResult, error) 
 	}
 	t := env.Begin()
 	_, err := t.Put(put)
+	m.origin, m.reqID = op.Origin, op.ReqID // the key's events carry them (apply1)
 	m.mu.Unlock()
 	rev := env.End(t) // Observe runs here (it takes m.mu)
 	m.mu.Lock()
+	m.origin, m.reqID = 0, 0
 	if err != nil {
 		return nil, err
 	}
@@ -634,17 +649,13 @@ func (m *Machine) Publish() {
 	m.mu.Lock()
 	notes := m.staged
 	m.staged = nil
-	var delays []Note
+	var delays, grants []Note
 	for _, n := range notes {
 		switch n.Kind {
 		case NoteGranted, NoteRemoved:
-			for w := range m.waiters[n.Key] {
-				select {
-				case w.c <- n:
-					m.wakeups.Add(1)
-				default:
-					m.lg.Warn("lock waiter channel full; note dropped", "key", n.Key)
-				}
+			m.deliverLocked(n)
+			if n.Kind == NoteGranted && n.Origin != 0 {
+				grants = append(grants, n)
 			}
 		case NoteDelayStarted:
 			delays = append(delays, n)
@@ -658,23 +669,82 @@ func (m *Machine) Publish() {
 			}
 		}
 	}
-	hook := m.onDelay
+	hook, onGrant := m.onDelay, m.onGrant
 	m.mu.Unlock()
 	if hook != nil {
 		for _, n := range delays {
 			hook(n)
 		}
 	}
+	if onGrant != nil {
+		for _, n := range grants {
+			onGrant(n)
+		}
+	}
 }
+
+// deliverLocked hands a Granted or Removed note to the calls waiting on its
+// key. A waiter gets each grant once: the leader's pushed copy
+// (DeliverGrant) and this member's own apply both deliver it. m.mu is held.
+func (m *Machine) deliverLocked(n Note) int {
+	woken := 0
+	for w := range m.waiters[n.Key] {
+		if n.Kind == NoteGranted {
+			if w.granted == n.Token {
+				continue
+			}
+			w.granted = n.Token
+		}
+		select {
+		case w.c <- n:
+			m.wakeups.Add(1)
+			woken++
+		default:
+			m.lg.Warn("lock waiter channel full; note dropped", "key", n.Key)
+		}
+	}
+	return woken
+}
+
+// SetGrantHook sets f to be called, after Publish delivered the batch's
+// notes, with every grant of a key an OpAcquire wrote (Note.Origin set).
+// The server uses it on the leader to push the grant to the member holding
+// the waiting call (DeliverGrant there), which then answers its client
+// without waiting to learn the commit and apply the entry itself.
+func (m *Machine) SetGrantHook(f func(Note)) {
+	m.mu.Lock()
+	m.onGrant = f
+	m.mu.Unlock()
+}
+
+// DeliverGrant wakes the calls on this member waiting for n's key with a
+// grant decided by a committed entry this member may not have applied yet
+// (pushed by the leader). It reports how many calls it woke; none when no
+// call waits here or they already have this grant. It changes no state:
+// this member's own apply reaches the same grant later.
+func (m *Machine) DeliverGrant(n Note) int {
+	if n.Kind != NoteGranted {
+		return 0
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	woken := m.deliverLocked(n)
+	m.pushed.Add(uint64(woken))
+	return woken
+}
+
+// PushedGrantsDelivered counts the calls DeliverGrant woke.
+func (m *Machine) PushedGrantsDelivered() uint64 { return m.pushed.Load() }
 
 // Wakeups counts notes delivered to waiting Lock/Campaign calls.
 func (m *Machine) Wakeups() uint64 { return m.wakeups.Load() }
 
 // Waiter receives the notes about one queue key.
 type Waiter struct {
-	m   *Machine
-	key string
-	c   chan Note
+	m       *Machine
+	key     string
+	c       chan Note
+	granted int64 // token of the last grant delivered (m.mu)
 }
 
 // C delivers the Granted and Removed notes for the key.

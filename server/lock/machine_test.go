@@ -575,10 +575,22 @@ func TestIdleLocksStayRegisteredUpToTheCap(t *testing.T) {
 }
 
 func TestOpRoundTrip(t *testing.T) {
-	op := &Op{Kind: OpAcquire, ReqID: 7, Name: []byte("a/b"), Lease: -5, Value: []byte("v"), Flags: FlagTry, MaxWaiters: 3, DelayMs: 9, Epoch: 11}
+	op := &Op{Kind: OpAcquire, ReqID: 7, Name: []byte("a/b"), Lease: -5, Value: []byte("v"), Flags: FlagTry, MaxWaiters: 3, DelayMs: 9, Epoch: 11, Origin: 13}
 	got, err := Unmarshal(op.Marshal())
 	if err != nil || fmt.Sprint(got) != fmt.Sprint(op) {
 		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	// An entry written before Origin existed has no trailing origin.
+	legacy := op.Marshal()
+	legacy = legacy[:len(legacy)-8]
+	old, err := Unmarshal(legacy)
+	want := *op
+	want.Origin = 0
+	if err != nil || fmt.Sprint(old) != fmt.Sprint(&want) {
+		t.Fatalf("entry without an origin: %+v %v, want %+v", old, err, &want)
+	}
+	if _, err := Unmarshal(append(op.Marshal(), 0)); err == nil {
+		t.Fatal("op with a trailing byte decoded")
 	}
 	if _, err := Unmarshal(op.Marshal()[:10]); err == nil {
 		t.Fatal("truncated op decoded")

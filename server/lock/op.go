@@ -36,6 +36,11 @@ type Op struct {
 	MaxWaiters uint32
 	DelayMs    int64
 	Epoch      uint64 // OpEndDelay: the delay's epoch; OpRelease: the key's token (create revision)
+	// Origin is the member whose call waits for the outcome (OpAcquire).
+	// It only routes the grant (the leader pushes a grant to the member
+	// holding the waiting call, Machine.SetGrantHook) and never changes
+	// an outcome. Entries written before it existed decode with 0.
+	Origin uint64
 }
 
 var errMalformed = errors.New("tenure: lock: malformed entry")
@@ -53,7 +58,7 @@ func (op *Op) Marshal() []byte {
 	b = append(b, op.Name...)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(op.Value)))
 	b = append(b, op.Value...)
-	return b
+	return binary.BigEndian.AppendUint64(b, op.Origin)
 }
 
 // Unmarshal decodes an op encoded by Marshal.
@@ -78,10 +83,14 @@ func Unmarshal(b []byte) (*Op, error) {
 	p += n
 	n = int(binary.BigEndian.Uint32(b[p:]))
 	p += 4
-	if n < 0 || len(b) != p+n {
+	// The origin trails the value; an entry without it predates the field.
+	if n < 0 || (len(b) != p+n && len(b) != p+n+8) {
 		return nil, errMalformed
 	}
 	op.Value = append([]byte(nil), b[p:p+n]...)
+	if len(b) == p+n+8 {
+		op.Origin = binary.BigEndian.Uint64(b[p+n:])
+	}
 	return op, nil
 }
 

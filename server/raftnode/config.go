@@ -46,6 +46,10 @@ type Config struct {
 	StateMachine   StateMachine
 	Logger         *slog.Logger
 	OnLeaderChange func(LeaderEvent) // called in order from one goroutine; must not block for long
+	// OnNotice receives the notices other members' state machines sent
+	// with Node.SendNotice (from: the sender's member ID). It runs on the
+	// goroutine that reads the sender's raft stream: it must not block.
+	OnNotice func(from uint64, payload []byte)
 	// Observer, when set, receives disk sync, apply and snapshot timings.
 	Observer *Observer
 	// PeerTLS secures the peer transport's outgoing connections (https://

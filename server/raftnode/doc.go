@@ -43,6 +43,12 @@
 //     never one that forwarded a request within an election timeout) for up
 //     to that long and sends them merged; any other message to such a
 //     follower releases them first (thrifty.go).
+//   - Notices (SendNotice → the peer's Config.OnNotice) ride the raft stream
+//     as messages of a type raft keeps local (notice.go); Process hands them
+//     to OnNotice and never to raft. They are hints: they may be lost or
+//     overtake raft messages, skip thrifty replication's hold, and nothing
+//     may depend on them for correctness (the lock service uses them to push
+//     grants ahead of a member's own apply).
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key

@@ -91,6 +91,7 @@ type Node struct {
 	snapsRecv    atomic.Uint64 // snapshots installed from the leader (tests)
 	absorbed     atomic.Uint64 // forwarded proposals the state machine absorbed (tests)
 	snapsSent    atomic.Uint64
+	notices      atomic.Uint64 // notices sent (SendNotice)
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	stopc        chan struct{}
@@ -802,6 +803,10 @@ func (n *Node) Status() Status {
 func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 	if !n.started.Load() {
 		return ErrStopped
+	}
+	if m.GetType() == msgNotice {
+		n.processNotice(m)
+		return nil
 	}
 	if n.th != nil && (m.GetType() == raftpb.MsgProp || m.GetType() == raftpb.MsgReadIndex) && n.isLeader.Load() {
 		n.th.markBusy(m.GetFrom(), time.Now())

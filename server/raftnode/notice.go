@@ -1,0 +1,37 @@
+package raftnode
+
+import (
+	"go.etcd.io/raft/v3/raftpb"
+)
+
+// msgNotice carries a notice from the state machine on one member to the
+// state machine on another (Node.SendNotice, Config.OnNotice) on the raft
+// stream, next to raft's own messages. It borrows a raft message type that
+// raft uses only between a node and its local storage threads (asynchronous
+// storage writes, which raftnode does not enable), so no raft message from a
+// peer has it: Process takes notices out before raft sees them, and a raft
+// that did see one would refuse it as a local message from a peer.
+const msgNotice = raftpb.MsgStorageApplyResp
+
+// SendNotice sends payload to member to's Config.OnNotice. A notice is a
+// hint: it may be lost (the peer is down or its stream backlog is full),
+// arrives after or before raft messages sent around it, and must never be
+// needed for correctness. It skips thrifty replication's hold: a notice
+// does not depend on the appends held for that peer.
+func (n *Node) SendNotice(to uint64, payload []byte) {
+	if to == n.id || to == 0 || !n.started.Load() {
+		return
+	}
+	n.notices.Add(1)
+	n.tr.Send([]*raftpb.Message{{Type: msgNotice.Enum(), To: new(to), From: new(n.id), Context: payload}})
+}
+
+// processNotice hands a received notice to the state machine.
+func (n *Node) processNotice(m *raftpb.Message) {
+	if f := n.cfg.OnNotice; f != nil {
+		f(m.GetFrom(), m.GetContext())
+	}
+}
+
+// NoticesSent counts the notices this member sent (metrics).
+func (n *Node) NoticesSent() uint64 { return n.notices.Load() }
