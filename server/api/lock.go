@@ -97,8 +97,18 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	defer w.Close()
 	op := &lock.Op{Kind: lock.OpAcquire, Name: name, Lease: lease, Value: value, Flags: flags, MaxWaiters: uint32(l.cfg.MaxWaiters),
 		ReqID: l.s.cfg.Applier.NewRequestID()}
+	// A call that stops waiting (its deadline, the request timeout) after
+	// its acquire went to raft may still have its key written; once that
+	// applies here, the key leaves the queue like any abandoned wait's —
+	// unless the call did answer with a grant (pushed ahead of the result).
+	var answered atomic.Bool
+	orphaned := func(res apply.Result) {
+		if ar, ok := res.Lock.(*lock.AcquireResult); ok && res.Err == nil && !answered.Load() && ar.Key != "" {
+			l.abandon(ar.Key, ar.ModRev)
+		}
+	}
 	if flags&lock.FlagTry != 0 {
-		out, err := l.do(ctx, op)
+		out, err := l.doOrphaning(ctx, op, orphaned)
 		if err != nil {
 			return nil, err
 		}
@@ -114,7 +124,7 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	}
 	resc := make(chan doResult, 1)
 	go func() {
-		out, err := l.do(ctx, op)
+		out, err := l.doOrphaning(ctx, op, orphaned)
 		resc <- doResult{out, err}
 	}()
 	var (
@@ -155,6 +165,7 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 		case n := <-w.C():
 			if ar == nil {
 				if n.Kind == lock.NoteGranted && n.ReqID == op.ReqID {
+					answered.Store(true)
 					return &lock.AcquireResult{Key: n.Key, Token: n.Token, Granted: true, Rev: n.Rev,
 						Owner: lock.Owner{Key: n.Key, Token: n.Token, Lease: n.Lease}}, nil
 				}
@@ -192,6 +203,21 @@ func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
 		return nil, err
 	}
 	res := l.s.propose(ctx, func(ctx context.Context) apply.Result { return l.s.cfg.Applier.DoLock(ctx, op) })
+	if res.Err != nil {
+		return nil, ToGRPC(res.Err)
+	}
+	return res.Lock, nil
+}
+
+// doOrphaning is do for an acquire: when ctx ends after the op went to
+// raft, its result goes to onOrphan if the entry applies here later.
+func (l *Locks) doOrphaning(ctx context.Context, op *lock.Op, onOrphan func(apply.Result)) (any, error) {
+	if err := l.s.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	res := l.s.propose(ctx, func(ctx context.Context) apply.Result {
+		return l.s.cfg.Applier.DoLockOrphaned(ctx, op, onOrphan)
+	})
 	if res.Err != nil {
 		return nil, ToGRPC(res.Err)
 	}

@@ -92,6 +92,10 @@ type Applier struct {
 
 	mu    sync.Mutex
 	waits map[uint64]chan Result
+	// orphans: requests whose caller stopped waiting (timeout) after they
+	// were handed to raft; their result, if they ever apply here, goes to
+	// the function (DoLockOrphaned). Bounded by maxOrphans and orphanAge.
+	orphans map[uint64]orphan
 	// renewStarted holds when each of this member's pending renewals was
 	// received, for the lessor's no-raft acknowledgements (Lessor.Renew).
 	renewStarted map[uint64]time.Time
@@ -116,7 +120,7 @@ func New(cfg Config) *Applier {
 	}
 	return &Applier{
 		kv: cfg.KV, lessor: cfg.Lessor, hub: cfg.Hub, locks: cfg.Locks, db: cfg.DB, lg: cfg.Logger,
-		maxReq: cfg.MaxRequestBytes, waits: map[uint64]chan Result{},
+		maxReq: cfg.MaxRequestBytes, waits: map[uint64]chan Result{}, orphans: map[uint64]orphan{},
 		renewStarted: map[uint64]time.Time{},
 	}
 }
@@ -225,20 +229,77 @@ func (a *Applier) forget(id uint64) {
 }
 
 func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
+	return a.proposeOrphaning(ctx, id, data, nil)
+}
+
+// proposeOrphaning is propose; when the caller stops waiting after the
+// entry was handed to raft and onOrphan is set, the entry's result, if it
+// is ever applied here, goes to onOrphan (on a goroutine of its own).
+func (a *Applier) proposeOrphaning(ctx context.Context, id uint64, data []byte, onOrphan func(Result)) Result {
 	if a.maxReq > 0 && len(data) > a.maxReq+64 {
 		return Result{Err: ErrRequestTooLarge}
 	}
 	ch := a.expect(id)
-	defer a.forget(id)
 	if err := a.node.Propose(ctx, data); err != nil {
+		if onOrphan != nil && ctx.Err() != nil {
+			a.orphan(id, ch, onOrphan) // a leader's buffered proposal still goes to raft
+		} else {
+			a.forget(id)
+		}
 		return Result{Err: err}
 	}
 	select {
 	case res := <-ch:
+		a.forget(id)
 		return res
 	case <-ctx.Done():
+		if onOrphan == nil {
+			a.forget(id)
+		} else {
+			a.orphan(id, ch, onOrphan)
+		}
 		return Result{Err: ErrTimeout}
 	}
+}
+
+// Orphaned results are kept for at most this many requests, this long.
+const (
+	maxOrphans = 10000
+	orphanAge  = time.Hour
+)
+
+type orphan struct {
+	fn    func(Result)
+	since time.Time
+}
+
+// orphan hands request id's result to fn from now on. Under a.mu with
+// Committed's delivery, so a result is either already in ch or will go to
+// fn: never lost between the two.
+func (a *Applier) orphan(id uint64, ch chan Result, fn func(Result)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.waits, id)
+	delete(a.renewStarted, id)
+	select {
+	case res := <-ch:
+		go fn(res)
+		return
+	default:
+	}
+	now := time.Now()
+	if len(a.orphans) >= maxOrphans {
+		for oid, o := range a.orphans {
+			if now.Sub(o.since) > orphanAge {
+				delete(a.orphans, oid)
+			}
+		}
+		if len(a.orphans) >= maxOrphans {
+			a.lg.Warn("too many requests whose callers gave up before they applied; not tracking this one", "max", maxOrphans)
+			return
+		}
+	}
+	a.orphans[id] = orphan{fn: fn, since: now}
 }
 
 // DoLock proposes a native lock operation and waits for its result. It
@@ -252,6 +313,21 @@ func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
 		op.Origin = a.node.ID() // where the grant is awaited (lock.Machine.SetGrantHook)
 	}
 	return a.propose(ctx, id, append([]byte{KindLock}, op.Marshal()...))
+}
+
+// DoLockOrphaned is DoLock, except that when ctx ends after the op was
+// handed to raft, its result — should the entry apply here later — goes to
+// onOrphan: a lock acquire whose caller timed out must still leave the
+// queue once its key is written (lock.Machine's contract), and only the
+// result knows the key's mod revision.
+func (a *Applier) DoLockOrphaned(ctx context.Context, op *lock.Op, onOrphan func(Result)) Result {
+	if op.ReqID == 0 {
+		op.ReqID = a.nextID()
+	}
+	if op.Kind == lock.OpAcquire {
+		op.Origin = a.node.ID()
+	}
+	return a.proposeOrphaning(ctx, op.ReqID, append([]byte{KindLock}, op.Marshal()...), onOrphan)
 }
 
 // Deferrable implements raftnode.ProposalDeferrer: a lock acquire (not a
@@ -495,6 +571,9 @@ func (a *Applier) Committed() {
 			if ch, ok := a.waits[s.id]; ok {
 				ch <- s.res
 				delete(a.waits, s.id)
+			} else if o, ok := a.orphans[s.id]; ok {
+				delete(a.orphans, s.id)
+				go o.fn(s.res)
 			}
 		}
 		a.mu.Unlock()
