@@ -120,6 +120,9 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	counter("tenure_lock_grants_pushed_total", "Lock grants this leader sent to the member where the waiting call is, ahead of that member's own apply.", func() float64 {
 		return float64(m.node.NoticesSent())
 	})
+	counter("tenure_lock_pushed_results_delivered_total", "Lock calls on this member answered by the result of their op the leader pushed, before this member applied it.", func() float64 {
+		return float64(m.ap.PushedResults())
+	})
 	counter("tenure_lock_pushed_grants_delivered_total", "Waiting lock calls on this member woken by a grant the leader pushed, before this member applied it.", func() float64 {
 		return float64(m.lockm.PushedGrantsDelivered())
 	})

@@ -193,14 +193,33 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			}
 			delays.SetLeader(ev.IsLeader)
 		},
-		// The only notices members send are lock grants (below).
+		// A member with watchers is never the follower thrifty replication
+		// holds back: their events would lag by the delay.
+		WantsEager: func() bool { w, _ := hub.Stats(); return w > 0 },
+		// Members send each other lock grants and lock op results (below).
 		OnNotice: func(from uint64, payload []byte) {
-			n, err := lock.UnmarshalGrantNotice(payload)
+			var err error
+			switch {
+			case len(payload) > 0 && payload[0] == lock.NoticeGrant:
+				var n lock.Note
+				if n, err = lock.UnmarshalGrantNotice(payload); err == nil {
+					locks.DeliverGrant(n)
+				}
+			case len(payload) > 0 && payload[0] == lock.NoticeResult:
+				var (
+					id    uint64
+					out   any
+					opErr error
+				)
+				if id, out, opErr, err = lock.UnmarshalResultNotice(payload); err == nil {
+					ap.DeliverResult(id, apply.Result{Lock: out, Err: opErr})
+				}
+			default:
+				err = errors.New("unknown notice kind")
+			}
 			if err != nil {
 				lg.Warn("undecodable notice from a peer; ignored", "peer", fmt.Sprintf("%x", from), "err", err)
-				return
 			}
-			locks.DeliverGrant(n)
 		},
 	})
 	if err != nil {
@@ -215,6 +234,16 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	locks.SetGrantHook(func(n lock.Note) {
 		if lead, _ := node.LeaderTerm(); lead == node.ID() && n.Origin != lead {
 			node.SendNotice(n.Origin, lock.MarshalGrantNotice(n))
+		}
+	})
+	// Likewise the result of each lock op a follower proposed: its caller
+	// (an Unlock, an acquire's enqueue) is answered without waiting for
+	// that member's apply. Outcomes the notice cannot carry are left to it.
+	ap.SetResultPusher(func(origin, id uint64, res apply.Result) {
+		if lead, _ := node.LeaderTerm(); lead == node.ID() && origin != lead {
+			if b, ok := lock.MarshalResultNotice(id, res.Lock, res.Err); ok {
+				node.SendNotice(origin, b)
+			}
 		}
 	})
 
@@ -251,7 +280,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpc.InitialConnWindowSize(clientConnWindowBytes),
 	)
 	edge.Register(clientSrv)
-	mem.locks = edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays, RelaySessions: cfg.ThriftyReplication > 0})
+	mem.locks = edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays})
 	mem.locks.Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
 	// Server reflection lets grpcurl and similar tools call tenure.v1

@@ -23,10 +23,13 @@
 //
 // Locks (lock.go, tenure.go, session.go): etcd's v3lock and v3election and
 // tenure.v1 Locks over the lock state machine; a waiting call is woken by
-// the apply that granted it. tenure.v1 Session runs the Lock, Unlock,
+// the apply that granted it, or earlier by the grant the leader pushed
+// (lock.Machine.DeliverGrant), and a lock op's caller by its result pushed
+// the same way (apply.Applier.DeliverResult): a lock call on a follower
+// does not wait for that follower's apply. A call that gave up after its
+// acquire went to raft has the key deleted once the acquire applies here
+// (Applier.DoLockOrphaned). tenure.v1 Session runs the Lock, Unlock,
 // TryLock and CheckFence calls as messages on one stream, each in its own
 // goroutine under the stream's context (at most MaxSessionInFlight at once;
-// one more is answered ResourceExhausted), errors per request. With
-// LockConfig.RelaySessions (thrifty replication on) a follower relays each
-// Session stream to the leader's instead (session_relay.go).
+// one more is answered ResourceExhausted), errors per request.
 package api

@@ -27,9 +27,6 @@ type LockConfig struct {
 	// MaxSessionInFlight bounds the requests one Session stream runs at
 	// once; default DefaultMaxSessionInFlight.
 	MaxSessionInFlight int
-	// RelaySessions makes a follower carry Session streams to the leader
-	// (session_relay.go); set with thrifty replication.
-	RelaySessions bool
 }
 
 // Locks serves etcd's v3lock and v3election services and Tenure's tenure.v1
@@ -45,10 +42,6 @@ type Locks struct {
 	retryMu  sync.Mutex // orders retries.Add against Close
 	retries  sync.WaitGroup
 	pending  atomic.Int64 // departed waiters' keys whose delete is being retried
-
-	relayMu   sync.Mutex       // guards the Session relay's connection
-	relayConn *grpc.ClientConn // to relayTo's client URL
-	relayTo   uint64
 }
 
 // PendingAbandons is how many departed waiters' keys this member is still
@@ -313,12 +306,6 @@ func (l *Locks) Close() {
 	l.stop()
 	l.retryMu.Unlock()
 	l.retries.Wait()
-	l.relayMu.Lock()
-	if l.relayConn != nil {
-		_ = l.relayConn.Close()
-		l.relayConn = nil
-	}
-	l.relayMu.Unlock()
 }
 
 // deleteIf deletes cmp's key in one Txn if cmp holds; the response says

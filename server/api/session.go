@@ -26,11 +26,6 @@ var errSessionNoOp = status.Error(codes.InvalidArgument, "tenure: session: reque
 // stream that ends cancels what still runs (a waiting Lock leaves the
 // queue). A half-closed stream is served until its requests complete.
 func (n *nativeService) Session(st tenurev1.Locks_SessionServer) error {
-	if n.l.cfg.RelaySessions && !isForwarded(st.Context()) {
-		if conn := n.l.sessionRelayConn(); conn != nil {
-			return relaySession(st, conn)
-		}
-	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
 	var (

@@ -61,8 +61,9 @@ type revEvents struct {
 }
 
 type staged struct {
-	id  uint64
-	res Result
+	id     uint64
+	res    Result
+	origin uint64 // lock ops: the member that proposed it (lock.Op.Origin)
 }
 
 // Config wires an Applier.
@@ -96,6 +97,10 @@ type Applier struct {
 	// were handed to raft; their result, if they ever apply here, goes to
 	// the function (DoLockOrphaned). Bounded by maxOrphans and orphanAge.
 	orphans map[uint64]orphan
+	// pushResult sends lock op results to the member that proposed them
+	// (SetResultPusher); pushed counts results delivered here that way.
+	pushResult func(origin, id uint64, res Result)
+	pushed     atomic.Uint64
 	// renewStarted holds when each of this member's pending renewals was
 	// received, for the lessor's no-raft acknowledgements (Lessor.Renew).
 	renewStarted map[uint64]time.Time
@@ -309,9 +314,7 @@ func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
 		op.ReqID = a.nextID()
 	}
 	id := op.ReqID
-	if op.Kind == lock.OpAcquire {
-		op.Origin = a.node.ID() // where the grant is awaited (lock.Machine.SetGrantHook)
-	}
+	op.Origin = a.node.ID() // where the result and any grant are awaited (SetResultPusher, lock.Machine.SetGrantHook)
 	return a.propose(ctx, id, append([]byte{KindLock}, op.Marshal()...))
 }
 
@@ -324,9 +327,7 @@ func (a *Applier) DoLockOrphaned(ctx context.Context, op *lock.Op, onOrphan func
 	if op.ReqID == 0 {
 		op.ReqID = a.nextID()
 	}
-	if op.Kind == lock.OpAcquire {
-		op.Origin = a.node.ID()
-	}
+	op.Origin = a.node.ID()
 	return a.proposeOrphaning(ctx, op.ReqID, append([]byte{KindLock}, op.Marshal()...), onOrphan)
 }
 
@@ -341,6 +342,18 @@ func (a *Applier) Deferrable(data []byte) bool {
 	}
 	name, flags, ok := lock.PeekAcquire(data[1:])
 	return ok && flags&lock.FlagTry == 0 && a.locks.Held(name)
+}
+
+// ToleratesLazyApply implements raftnode.LazyApplyTolerant for thrifty
+// replication: the server's leader sends every lock op's result to the
+// member that proposed it (SetResultPusher), so that member's caller does
+// not wait for its own apply (an outcome the notice cannot carry, a rare
+// error, is answered by that apply, a delay later); and a lease renewal
+// answered up to a delay (at most 50 ms) later is still far within any TTL.
+// Everything else (etcd requests) is answered after the proposing member's
+// own apply, whose latency its clients see.
+func (a *Applier) ToleratesLazyApply(data []byte) bool {
+	return len(data) > 0 && (data[0] == KindLock || data[0] == KindLeaseRenew)
 }
 
 // lockEnv lends the lock machine mvcc txns on the entry's batch.
@@ -430,7 +443,10 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 			break
 		}
 		id, out, err := a.locks.Apply(lockEnv{a, b}, data[1:])
-		a.stage(id, Result{Lock: out, Err: err})
+		if id != 0 {
+			origin, _, _ := lock.PeekOrigin(data[1:])
+			a.stagedRes = append(a.stagedRes, staged{id, Result{Lock: out, Err: err}, origin})
+		}
 	default:
 		a.lg.Error("unknown entry kind skipped", "index", index, "kind", data[0])
 	}
@@ -441,7 +457,7 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 
 func (a *Applier) stage(id uint64, res Result) {
 	if id != 0 {
-		a.stagedRes = append(a.stagedRes, staged{id, res})
+		a.stagedRes = append(a.stagedRes, staged{id: id, res: res})
 	}
 }
 
@@ -576,10 +592,51 @@ func (a *Applier) Committed() {
 				go o.fn(s.res)
 			}
 		}
+		push := a.pushResult
 		a.mu.Unlock()
+		if push != nil {
+			for _, s := range a.stagedRes {
+				if s.origin != 0 {
+					push(s.origin, s.id, s.res)
+				}
+			}
+		}
 		a.stagedRes = a.stagedRes[:0]
 	}
 }
+
+// SetResultPusher sets f to be called, after Committed delivered the
+// batch's results here, with every lock op's result and the member that
+// proposed the op. The server uses it on the leader to send the result to
+// that member (DeliverResult there), whose caller then need not wait for
+// its own apply.
+func (a *Applier) SetResultPusher(f func(origin, id uint64, res Result)) {
+	a.mu.Lock()
+	a.pushResult = f
+	a.mu.Unlock()
+}
+
+// DeliverResult answers the caller waiting on request id with a result
+// decided by a committed entry this member may not have applied yet
+// (pushed by the leader); it reports whether a caller was waiting. The
+// member's own apply later finds nobody waiting and changes nothing more.
+// A caller that already gave up (an orphan) is left to that apply, which
+// finds the key in this member's store.
+func (a *Applier) DeliverResult(id uint64, res Result) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ch, ok := a.waits[id]
+	if !ok {
+		return false
+	}
+	ch <- res // capacity 1, and only the first delivery finds id in waits
+	delete(a.waits, id)
+	a.pushed.Add(1)
+	return true
+}
+
+// PushedResults counts the callers DeliverResult answered.
+func (a *Applier) PushedResults() uint64 { return a.pushed.Load() }
 
 // PrepareRestore is called by raftnode before a received snapshot replaces
 // the store: mvcc's background compaction must stop writing first.

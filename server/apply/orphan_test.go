@@ -8,6 +8,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/server/lock"
 )
 
 func putEntry(t *testing.T, id uint64, key string) []byte {
@@ -65,5 +67,69 @@ func TestOrphanedResultGoesToTheFunction(t *testing.T) {
 	h.a.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("%d requests still tracked after both were answered", n)
+	}
+}
+
+// A lock op's result pushed by the leader answers the caller before this
+// member applies the op, and that apply answers nobody again; on the
+// leader, every lock op's result goes to the pusher with its proposer.
+func TestPushedLockResult(t *testing.T) {
+	h := newApplyHarness(t)
+	locks, err := lock.New(h.a.db, h.a.kv, h.a.lg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.a.locks = locks
+	type pushed struct{ origin, id uint64 }
+	var pushes []pushed
+	h.a.SetResultPusher(func(origin, id uint64, res Result) { pushes = append(pushes, pushed{origin, id}) })
+	h.grant(5)
+
+	done := make(chan Result, 1)
+	op := &lock.Op{Kind: lock.OpAcquire, Name: []byte("n"), Lease: 5}
+	go func() { done <- h.a.DoLock(context.Background(), op) }()
+	data := h.nextProposal()
+	if origin, id, ok := lock.PeekOrigin(data[1:]); !ok || origin != h.p.id || id != op.ReqID {
+		t.Fatalf("proposed op names origin %d request %d (%v), want this member %d and request %d", origin, id, ok, h.p.id, op.ReqID)
+	}
+	early := &lock.AcquireResult{Key: "n/5", Token: 99, Granted: true}
+	if !h.a.DeliverResult(op.ReqID, Result{Lock: early}) {
+		t.Fatal("DeliverResult found no caller waiting")
+	}
+	if res := <-done; res.Lock != early {
+		t.Fatalf("caller got %+v, want the pushed result", res)
+	}
+	if h.a.DeliverResult(op.ReqID, Result{Lock: early}) {
+		t.Fatal("a second push answered a caller again")
+	}
+	if h.a.PushedResults() != 1 {
+		t.Fatalf("PushedResults %d, want 1", h.a.PushedResults())
+	}
+	h.apply(data) // this member's own apply: nobody waits any more
+	if len(pushes) != 1 || pushes[0] != (pushed{h.p.id, op.ReqID}) {
+		t.Fatalf("pusher got %+v, want one result from member %d, request %d", pushes, h.p.id, op.ReqID)
+	}
+	h.a.mu.Lock()
+	n := len(h.a.waits) + len(h.a.orphans)
+	h.a.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d requests still tracked", n)
+	}
+}
+
+func TestToleratesLazyApply(t *testing.T) {
+	a := &Applier{}
+	for _, tc := range []struct {
+		data []byte
+		want bool
+	}{
+		{[]byte{KindLock, 1}, true},
+		{[]byte{KindLeaseRenew}, true},
+		{[]byte{KindEtcd, 1}, false},
+		{nil, false},
+	} {
+		if got := a.ToleratesLazyApply(tc.data); got != tc.want {
+			t.Errorf("ToleratesLazyApply(%x) = %v, want %v", tc.data, got, tc.want)
+		}
 	}
 }

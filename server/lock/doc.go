@@ -37,7 +37,10 @@
 //     (SetGrantHook) sees every such grant after Publish, and the server on
 //     the leader pushes it to that member, where DeliverGrant wakes the call
 //     before the member applies the entry. A waiter gets each grant once,
-//     pushed or applied. Neither ever changes an outcome.
+//     pushed or applied. Neither ever changes an outcome. Every op carries
+//     Origin; the applier pushes each op's result to it the same way
+//     (MarshalResultNotice: the lock errors above and mvcc.ErrLeaseNotFound
+//     travel; any other outcome is left to that member's apply).
 //   - Every limit that affects the outcome (MaxWaiters) travels in the entry.
 //   - Names of forgotten locks are cached as empty (bounded) so a lock used
 //     again does not re-read its prefix from the store (a read that costs a

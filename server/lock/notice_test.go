@@ -2,8 +2,11 @@ package lock
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/tenure-io/tenure/server/mvcc"
 )
 
 // The leader's grant hook sees each grant of a key an OpAcquire wrote, with
@@ -116,6 +119,80 @@ func FuzzUnmarshalGrantNotice(f *testing.F) {
 		}
 		if m, err := UnmarshalGrantNotice(MarshalGrantNotice(n)); err != nil || fmt.Sprint(m) != fmt.Sprint(n) {
 			t.Fatalf("re-encoded %+v: %+v %v", n, m, err)
+		}
+	})
+}
+
+func TestResultNoticeRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		out  any
+		err  error
+	}{
+		{"acquire", &AcquireResult{Key: "l/1", Token: 3, ModRev: 4, Granted: true, Rev: 5, Owner: Owner{Key: "l/1", Token: 3, Lease: 1}, Waiters: 2, Blocked: true}, nil},
+		{"queued", &AcquireResult{Key: "l/2", Token: 6, ModRev: 6, Rev: 6, Owner: Owner{Key: "l/1", Token: 3, Lease: 1}, Waiters: 2}, nil},
+		{"release", &ReleaseResult{Released: true, Rev: 9}, nil},
+		{"too many waiters", nil, ErrTooManyWaiters},
+		{"unknown lease", nil, mvcc.ErrLeaseNotFound},
+	} {
+		b, ok := MarshalResultNotice(77, tc.out, tc.err)
+		if !ok {
+			t.Fatalf("%s: not encodable", tc.name)
+		}
+		id, out, opErr, err := UnmarshalResultNotice(b)
+		if err != nil || id != 77 || opErr != tc.err || fmt.Sprint(out) != fmt.Sprint(tc.out) {
+			t.Fatalf("%s: got %d %+v %v %v, want 77 %+v %v", tc.name, id, out, opErr, err, tc.out, tc.err)
+		}
+		if _, _, _, err := UnmarshalResultNotice(b[:len(b)-1]); err == nil {
+			t.Fatalf("%s: truncated notice decoded", tc.name)
+		}
+		if _, _, _, err := UnmarshalResultNotice(append(append([]byte(nil), b...), 0)); err == nil {
+			t.Fatalf("%s: notice with a trailing byte decoded", tc.name)
+		}
+	}
+	// What a notice cannot carry is left to the member's own apply.
+	if _, ok := MarshalResultNotice(1, nil, errors.New("something else")); ok {
+		t.Fatal("an unknown error was encoded")
+	}
+	if _, ok := MarshalResultNotice(1, nil, nil); ok {
+		t.Fatal("a nil outcome was encoded")
+	}
+	if _, _, _, err := UnmarshalResultNotice(MarshalGrantNotice(Note{Kind: NoteGranted, Key: "k"})); err == nil {
+		t.Fatal("a grant notice decoded as a result")
+	}
+}
+
+func TestPeekOrigin(t *testing.T) {
+	op := &Op{Kind: OpRelease, ReqID: 12, Name: []byte("n"), Value: []byte("vv"), Origin: 34}
+	b := op.Marshal()
+	if o, id, ok := PeekOrigin(b); !ok || o != 34 || id != 12 {
+		t.Fatalf("PeekOrigin: %d %d %v, want 34 12 true", o, id, ok)
+	}
+	if o, id, ok := PeekOrigin(b[:len(b)-8]); !ok || o != 0 || id != 12 {
+		t.Fatalf("PeekOrigin of an op without an origin: %d %d %v, want 0 12 true", o, id, ok)
+	}
+	for _, cut := range []int{1, 9, len(b) - 30} {
+		if _, _, ok := PeekOrigin(b[:len(b)-cut]); ok {
+			t.Fatalf("PeekOrigin of an op cut by %d bytes: ok", cut)
+		}
+	}
+}
+
+func FuzzUnmarshalResultNotice(f *testing.F) {
+	b, _ := MarshalResultNotice(5, &AcquireResult{Key: "a/1", Owner: Owner{Key: "a/0"}}, nil)
+	f.Add(b)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		id, out, opErr, err := UnmarshalResultNotice(b)
+		if err != nil {
+			return
+		}
+		again, ok := MarshalResultNotice(id, out, opErr)
+		if !ok {
+			t.Fatalf("decoded %+v %v does not re-encode", out, opErr)
+		}
+		id2, out2, opErr2, err := UnmarshalResultNotice(again)
+		if err != nil || id2 != id || opErr2 != opErr || fmt.Sprint(out2) != fmt.Sprint(out) {
+			t.Fatalf("re-decoded %d %+v %v %v", id2, out2, opErr2, err)
 		}
 	})
 }

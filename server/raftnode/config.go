@@ -50,6 +50,12 @@ type Config struct {
 	// with Node.SendNotice (from: the sender's member ID). It runs on the
 	// goroutine that reads the sender's raft stream: it must not block.
 	OnNotice func(from uint64, payload []byte)
+	// WantsEager, polled a few times per election timeout on a follower,
+	// reports whether the member serves clients that need every entry
+	// applied promptly (watchers); while it does, the follower tells its
+	// leader, and thrifty replication (ThriftyDelay) does not hold its
+	// appends. Must be cheap.
+	WantsEager func() bool
 	// Observer, when set, receives disk sync, apply and snapshot timings.
 	Observer *Observer
 	// PeerTLS secures the peer transport's outgoing connections (https://

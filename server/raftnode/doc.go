@@ -40,9 +40,10 @@
 //     leaving them to its next Ready, which waits behind its own disk sync.
 //   - With Config.ThriftyDelay (off by default), the leader holds its appends
 //     to the followers no commit needs (all but the most advanced majority;
-//     never one that forwarded a request within an election timeout) for up
-//     to that long and sends them merged; any other message to such a
-//     follower releases them first (thrifty.go).
+//     never one that forwarded a read index, or a proposal a StateMachine
+//     implementing LazyApplyTolerant does not accept, within an election
+//     timeout) for up to that long and sends them merged; any other message
+//     to such a follower releases them first (thrifty.go).
 //   - Notices (SendNotice → the peer's Config.OnNotice) ride the raft stream
 //     as messages of a type raft keeps local (notice.go); Process hands them
 //     to OnNotice and never to raft. They are hints: they may be lost or

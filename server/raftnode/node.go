@@ -92,6 +92,7 @@ type Node struct {
 	absorbed     atomic.Uint64 // forwarded proposals the state machine absorbed (tests)
 	snapsSent    atomic.Uint64
 	notices      atomic.Uint64 // notices sent (SendNotice)
+	eagerSent    atomic.Uint64 // msgEager sent (tests)
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	stopc        chan struct{}
@@ -422,10 +423,14 @@ func (n *Node) tickLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.TickInterval)
 	defer t.Stop()
+	ticks := 0
 	for {
 		select {
 		case <-t.C:
 			n.rn.Tick()
+			if ticks++; ticks%n.eagerEvery() == 0 {
+				n.sayEager()
+			}
 		case <-n.stopc:
 			return
 		}
@@ -808,7 +813,13 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 		n.processNotice(m)
 		return nil
 	}
-	if n.th != nil && (m.GetType() == raftpb.MsgProp || m.GetType() == raftpb.MsgReadIndex) && n.isLeader.Load() {
+	if m.GetType() == msgEager {
+		if n.th != nil && n.isLeader.Load() {
+			n.th.markBusy(m.GetFrom(), time.Now())
+		}
+		return nil
+	}
+	if n.th != nil && n.isLeader.Load() && n.awaitsOwnApply(m) {
 		n.th.markBusy(m.GetFrom(), time.Now())
 	}
 	if m.GetType() == raftpb.MsgProp {
@@ -831,6 +842,28 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 		return nil
 	}
 	return n.rn.Step(ctx, m)
+}
+
+// awaitsOwnApply reports whether m, from a follower, is a request whose
+// caller that follower answers only once it applied the outcome itself: a
+// read index, or a proposal with an entry that does not tolerate a lazy
+// apply (LazyApplyTolerant).
+func (n *Node) awaitsOwnApply(m *raftpb.Message) bool {
+	switch m.GetType() {
+	case raftpb.MsgReadIndex:
+		return true
+	case raftpb.MsgProp:
+		lt, ok := n.sm.(LazyApplyTolerant)
+		if !ok {
+			return true
+		}
+		for _, e := range m.GetEntries() {
+			if !lt.ToleratesLazyApply(e.GetData()) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // forwardLoop steps proposals forwarded by followers, each bounded by an

@@ -13,6 +13,30 @@ import (
 // that did see one would refuse it as a local message from a peer.
 const msgNotice = raftpb.MsgStorageApplyResp
 
+// msgEager, from a follower to its leader, says the follower serves clients
+// that need every entry applied there promptly (Config.WantsEager: it has
+// watchers), so thrifty replication must not hold its appends. Another type
+// raft keeps local, taken out in Process like msgNotice.
+const msgEager = raftpb.MsgStorageAppendResp
+
+// eagerEvery is how often, in ticks, a follower that wants to be eager
+// says so: a quarter of the time the leader remembers it (an election
+// timeout), so a lost message or two change nothing.
+func (n *Node) eagerEvery() int { return max(1, n.cfg.ElectionTicks/4) }
+
+// sayEager tells the leader this member wants to be eager, when it does.
+func (n *Node) sayEager() {
+	if n.cfg.WantsEager == nil || n.isLeader.Load() || !n.cfg.WantsEager() {
+		return
+	}
+	lead := n.leadNow.Load()
+	if lead == 0 || lead == n.id {
+		return
+	}
+	n.eagerSent.Add(1)
+	n.tr.Send([]*raftpb.Message{{Type: msgEager.Enum(), To: new(lead), From: new(n.id)}})
+}
+
 // SendNotice sends payload to member to's Config.OnNotice. A notice is a
 // hint: it may be lost (the peer is down or its stream backlog is full),
 // arrives after or before raft messages sent around it, and must never be

@@ -34,7 +34,21 @@ import (
 // match passes an eager one's (the eager one stopped answering) takes its
 // place, so a commit waits at most one delay for the switch. A follower
 // that forwarded a proposal or a read index within the last election
-// timeout serves clients waiting for its own apply and is never lazy.
+// timeout serves clients waiting for its own apply and is never lazy
+// (unless every entry it forwarded tolerates it: LazyApplyTolerant), and
+// neither is one that says it wants to be eager (Config.WantsEager: it has
+// watchers, whose events would lag by the delay).
+// LazyApplyTolerant is implemented by a StateMachine that can tell which
+// entries a proposing follower need not apply promptly: those whose result
+// the leader sends that member itself (Tenure's lock ops), and those whose
+// callers can wait a thrifty delay longer (lease renewals). A follower
+// forwarding only such entries may still be held. Without it, every
+// forwarded proposal makes its follower eager. Runs on the transport's
+// reader: it must be cheap.
+type LazyApplyTolerant interface {
+	ToleratesLazyApply(data []byte) bool
+}
+
 // MaxThriftyDelay bounds Config.ThriftyDelay: a lazy follower is at most
 // this far behind, and a commit waits at most this long when the eager
 // follower stops answering.

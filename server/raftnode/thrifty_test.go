@@ -1,10 +1,12 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,4 +251,81 @@ func TestThriftyForwardingFollowerIsEager(t *testing.T) {
 			})
 		})
 	}
+}
+
+// ToleratesLazyApply is the test state machine's LazyApplyTolerant: entries
+// marked lazyOK may be applied late by the member that proposed them.
+func (s *testSM) ToleratesLazyApply(data []byte) bool { return bytes.HasPrefix(data, lazyOK) }
+
+var lazyOK = []byte("lazy-ok:")
+
+// markedBusy reports whether id forwarded a request within busyFor.
+func (n *Node) markedBusy(id uint64) bool {
+	n.th.mu.Lock()
+	defer n.th.mu.Unlock()
+	at, ok := n.th.busy[id]
+	return ok && time.Since(at) < n.th.busyFor
+}
+
+// A follower forwarding only entries the state machine says it may apply
+// late (lock ops, whose results the leader pushes) is not marked busy; one
+// forwarding anything else is.
+func TestThriftyLazyTolerantProposalsKeepTheFollowerLazy(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) { cfg.ThriftyDelay = 20 * time.Millisecond })
+	l := c.leader()
+	f := (l + 1) % 3
+	// Members publish their attributes through raft at start: ordinary
+	// proposals, forwarded by the followers.
+	waitFor(t, 10*time.Second, "attributes published", c.attrsPublished)
+	waitFor(t, 10*time.Second, "the follower's start-up proposals aged out", func() bool { return !c.nodes[l].markedBusy(c.ids[f]) })
+	for i := range 5 {
+		v := append(append([]byte(nil), lazyOK...), byte('0'+i))
+		c.propose(f, v)
+		waitFor(t, 10*time.Second, "the tolerant entry applied on the leader", func() bool { return c.sms[l].hasSeen(string(v)) })
+	}
+	if c.nodes[l].markedBusy(c.ids[f]) {
+		t.Fatal("a follower that forwarded only lazy-tolerant entries was marked busy")
+	}
+	c.propose(f, []byte("needs its own apply"))
+	waitFor(t, 10*time.Second, "the follower marked busy after an ordinary proposal", func() bool { return c.nodes[l].markedBusy(c.ids[f]) })
+}
+
+// A follower whose state machine wants every entry promptly (it has
+// watchers: Config.WantsEager) tells its leader and is not held, even when
+// idle and otherwise the lazy one; when it stops wanting that, it is held
+// again.
+func TestThriftyFollowerWantingEagerIsNotHeld(t *testing.T) {
+	var wants sync.Map // member name → *atomic.Bool
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
+		cfg.ThriftyDelay = 20 * time.Millisecond
+		w := &atomic.Bool{}
+		wants.Store(cfg.Name, w)
+		cfg.WantsEager = w.Load
+	})
+	l := c.leader()
+	c.propose(l, []byte("warm-up"))
+	hi := -1
+	for i := range c.nodes {
+		if i != l && (hi < 0 || c.ids[i] > c.ids[hi]) {
+			hi = i
+		}
+	}
+	waitFor(t, 10*time.Second, "the higher-ID follower to be lazy", func() bool {
+		ids := c.nodes[l].lazyFollowers()
+		return len(ids) == 1 && ids[0] == c.ids[hi]
+	})
+	w, _ := wants.Load(c.names[hi])
+	w.(*atomic.Bool).Store(true)
+	waitFor(t, 10*time.Second, "the follower with watchers to be eager", func() bool {
+		ids := c.nodes[l].lazyFollowers()
+		return len(ids) == 1 && ids[0] != c.ids[hi]
+	})
+	if c.nodes[hi].eagerSent.Load() == 0 {
+		t.Fatal("eager without having said so")
+	}
+	w.(*atomic.Bool).Store(false)
+	waitFor(t, 10*time.Second, "the follower without watchers to be lazy again", func() bool {
+		ids := c.nodes[l].lazyFollowers()
+		return len(ids) == 1 && ids[0] == c.ids[hi]
+	})
 }

@@ -14,7 +14,8 @@ import (
 // TestLockGrantPushedToALaggingFollower: a waiter on a follower whose apply
 // lags is granted as soon as the leader applies the hand-off — the leader
 // pushes the grant to that member — not when the follower's own apply gets
-// there. The follower applies every batch 1.5 s late (failpoint); the grant
+// there; its Unlock is answered the same way (the leader pushes the op's
+// result). The follower applies every batch 1.5 s late (failpoint); the grant
 // must reach its client while the follower's store is still below the
 // grant's revision, and the follower's apply must get there after. Without the push the grant waits for that apply, and the
 // whole queue behind this waiter with it.
@@ -71,6 +72,22 @@ func TestLockGrantPushedToALaggingFollower(t *testing.T) {
 	if got.Header.Revision >= grantRev {
 		t.Fatalf("follower %d was at revision %d, the grant's %d, when its waiter was granted: the grant waited for its apply instead of coming from the leader", f, got.Header.Revision, grantRev)
 	}
+	// The waiter's Unlock on that member is answered from the leader's
+	// apply too (the op's result is pushed), again ahead of its own.
+	waiterToken := r.GetLock().Token
+	waiter.send(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Unlock{Unlock: &tenurev1.UnlockRequest{Name: name, Lease: waiterLease, Token: waiterToken}}})
+	u := waiter.recv(30 * time.Second)
+	if !u.GetUnlock().GetReleased() {
+		t.Fatalf("Unlock on the lagging follower: %v", u)
+	}
+	unlockRev := u.GetUnlock().Header.GetRevision()
+	if got, err = c.Client(f).Get(ctx, holderKey, clientv3.WithSerializable()); err != nil {
+		t.Fatal(err)
+	}
+	if got.Header.Revision >= unlockRev {
+		t.Fatalf("follower %d was at revision %d, the unlock's %d, when it answered the Unlock: the answer waited for its own apply", f, got.Header.Revision, unlockRev)
+	}
+	grantRev = unlockRev
 	// And its apply does get there: the grant is the replicated outcome.
 	eventually(t, 60*time.Second, "the follower applying the hand-off", func() error {
 		got, err := c.Client(f).Get(ctx, holderKey, clientv3.WithSerializable())
