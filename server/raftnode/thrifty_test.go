@@ -229,21 +229,7 @@ func TestThriftyForwardingFollowerIsEager(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) { cfg.ThriftyDelay = 20 * time.Millisecond })
-			l := c.leader()
-			c.propose(l, []byte("warm-up"))
-			// Idle, both followers reach the same match index and the tie
-			// makes the one with the higher ID lazy; from then on only
-			// busyness can make it eager (the other acknowledges first).
-			hi := -1
-			for i := range c.nodes {
-				if i != l && (hi < 0 || c.ids[i] > c.ids[hi]) {
-					hi = i
-				}
-			}
-			waitFor(t, 10*time.Second, "the higher-ID follower to be lazy", func() bool {
-				ids := c.nodes[l].lazyFollowers()
-				return len(ids) == 1 && ids[0] == c.ids[hi]
-			})
+			l, hi := idleLazyFollower(t, c)
 			tc.forward(c, hi)
 			waitFor(t, 10*time.Second, "the forwarding follower to be eager", func() bool {
 				ids := c.nodes[l].lazyFollowers()
@@ -251,6 +237,27 @@ func TestThriftyForwardingFollowerIsEager(t *testing.T) {
 			})
 		})
 	}
+}
+
+// idleLazyFollower returns the leader and the follower it holds once the
+// cluster is idle: both followers reach the same match index and the tie
+// makes the one with the higher ID lazy; from then on only busyness can
+// make it eager (the other acknowledges first).
+func idleLazyFollower(t *testing.T, c *testCluster) (leader, lazy int) {
+	t.Helper()
+	l := c.leader()
+	c.propose(l, []byte("warm-up"))
+	hi := -1
+	for i := range c.nodes {
+		if i != l && (hi < 0 || c.ids[i] > c.ids[hi]) {
+			hi = i
+		}
+	}
+	waitFor(t, 10*time.Second, "the higher-ID follower to be lazy", func() bool {
+		ids := c.nodes[l].lazyFollowers()
+		return len(ids) == 1 && ids[0] == c.ids[hi]
+	})
+	return l, hi
 }
 
 // ToleratesLazyApply is the test state machine's LazyApplyTolerant: entries
@@ -302,18 +309,7 @@ func TestThriftyFollowerWantingEagerIsNotHeld(t *testing.T) {
 		wants.Store(cfg.Name, w)
 		cfg.WantsEager = w.Load
 	})
-	l := c.leader()
-	c.propose(l, []byte("warm-up"))
-	hi := -1
-	for i := range c.nodes {
-		if i != l && (hi < 0 || c.ids[i] > c.ids[hi]) {
-			hi = i
-		}
-	}
-	waitFor(t, 10*time.Second, "the higher-ID follower to be lazy", func() bool {
-		ids := c.nodes[l].lazyFollowers()
-		return len(ids) == 1 && ids[0] == c.ids[hi]
-	})
+	l, hi := idleLazyFollower(t, c)
 	w, _ := wants.Load(c.names[hi])
 	w.(*atomic.Bool).Store(true)
 	waitFor(t, 10*time.Second, "the follower with watchers to be eager", func() bool {
