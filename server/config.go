@@ -31,10 +31,10 @@ type Config struct {
 	LogLevel                 string        // --log-level: debug|info|warn|error
 	LogFormat                string        // --log-format: json|text
 	EnablePprof              bool          // --enable-pprof: /debug/pprof on the client URLs
-	// ThriftyReplication (--experimental-thrifty-replication), when
-	// positive, lets the leader hold its appends to the followers no
-	// commit needs for up to this long and send them merged
-	// (docs/architecture.md, "Thrifty replication"). 0, the default, is off.
+	// ThriftyReplication (--thrifty-replication), when positive, lets the
+	// leader hold its appends to the followers no commit needs for up to
+	// this long and send them merged (docs/architecture.md, "Thrifty
+	// replication"); 0 turns it off. Default DefaultThriftyReplication.
 	ThriftyReplication time.Duration
 
 	// Client TLS (https:// client URLs), etcd's flags.
@@ -85,6 +85,7 @@ const (
 	DefaultMaxRequestBytes     = 3 << 19 // 1.5 MiB
 	DefaultMaxTxnOps           = 128
 	DefaultRequestTimeout      = 5 * time.Second
+	DefaultThriftyReplication  = 5 * time.Millisecond
 	DefaultLeaseCheckpoint     = 1 * time.Second
 	DefaultLeaseExpiryRate     = 1000 // revocations per second (Tenure's own)
 	DefaultWatchProgressNotify = 10 * time.Minute
@@ -115,6 +116,7 @@ func DefaultConfig() Config {
 		LeaseCheckpointInterval:     DefaultLeaseCheckpoint,
 		LeaseExpiryRate:             DefaultLeaseExpiryRate,
 		WatchProgressNotifyInterval: DefaultWatchProgressNotify,
+		ThriftyReplication:          DefaultThriftyReplication,
 	}
 }
 

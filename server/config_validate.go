@@ -362,7 +362,7 @@ func (c *Config) Validate() error {
 		add("--lease-expiry-rate", "must be > 0 revocations per second, got %d", cc.LeaseExpiryRate)
 	}
 	if cc.ThriftyReplication < 0 || cc.ThriftyReplication > raftnode.MaxThriftyDelay {
-		add("--experimental-thrifty-replication", "must be between 0 (off) and %v, got %v", raftnode.MaxThriftyDelay, cc.ThriftyReplication)
+		add("--thrifty-replication", "must be between 0 (off) and %v, got %v", raftnode.MaxThriftyDelay, cc.ThriftyReplication)
 	}
 	if cc.WatchProgressNotifyInterval < 0 {
 		add("WatchProgressNotifyInterval", "must be > 0, got %v", cc.WatchProgressNotifyInterval)

@@ -77,7 +77,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.Var(urlList{&c.ListenMetricsURLs}, "listen-metrics-urls", "comma-separated URLs to serve /metrics, /livez and /readyz on (in addition to the client URLs)")
 	fs.DurationVar(&c.LeaseCheckpointInterval, "lease-checkpoint-interval", c.LeaseCheckpointInterval, "how often the leader records remaining lease TTLs through raft; a leader change may extend a lease by at most this much")
 	fs.IntVar(&c.LeaseExpiryRate, "lease-expiry-rate", c.LeaseExpiryRate, "maximum lease revocations per second (an expiry storm is spread out at this rate)")
-	fs.DurationVar(&c.ThriftyReplication, "experimental-thrifty-replication", c.ThriftyReplication, "hold the leader's appends to followers no commit needs for up to this long and send them merged (0 = off; at most 50ms); a held follower's watchers and serializable reads lag by up to this much")
+	fs.DurationVar(&c.ThriftyReplication, "thrifty-replication", c.ThriftyReplication, "hold the leader's appends to followers no commit needs (none with watchers or clients writing or reading linearizably through them) for up to this long and send them merged (0 = off; at most 50ms); a held follower's serializable reads lag by up to this much")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve runtime profiling data at /debug/pprof/ on the client URLs")
 	fs.StringVar(&c.ClientTLS.CertFile, "cert-file", "", "path to the client server TLS cert file (needed for https:// client URLs)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "key-file", "", "path to the client server TLS key file")
