@@ -12,6 +12,14 @@ import (
 	"github.com/tenure-io/tenure/server/lock"
 )
 
+// tracked counts the requests the applier still holds a caller or an
+// orphan function for.
+func (h *applyHarness) tracked() int {
+	h.a.mu.Lock()
+	defer h.a.mu.Unlock()
+	return len(h.a.waits) + len(h.a.orphans)
+}
+
 func putEntry(t *testing.T, id uint64, key string) []byte {
 	t.Helper()
 	body, err := proto.Marshal(&pb.InternalRaftRequest{ID: id, Header: &pb.RequestHeader{ID: id}, Put: &pb.PutRequest{Key: []byte(key), Value: []byte("v")}})
@@ -62,10 +70,7 @@ func TestOrphanedResultGoesToTheFunction(t *testing.T) {
 		t.Fatalf("orphan function called for a request whose caller got it: %+v", r)
 	case <-time.After(100 * time.Millisecond):
 	}
-	h.a.mu.Lock()
-	n := len(h.a.orphans) + len(h.a.waits)
-	h.a.mu.Unlock()
-	if n != 0 {
+	if n := h.tracked(); n != 0 {
 		t.Fatalf("%d requests still tracked after both were answered", n)
 	}
 }
@@ -109,10 +114,7 @@ func TestPushedLockResult(t *testing.T) {
 	if len(pushes) != 1 || pushes[0] != (pushed{h.p.id, op.ReqID}) {
 		t.Fatalf("pusher got %+v, want one result from member %d, request %d", pushes, h.p.id, op.ReqID)
 	}
-	h.a.mu.Lock()
-	n := len(h.a.waits) + len(h.a.orphans)
-	h.a.mu.Unlock()
-	if n != 0 {
+	if n := h.tracked(); n != 0 {
 		t.Fatalf("%d requests still tracked", n)
 	}
 }

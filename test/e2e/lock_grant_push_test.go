@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -15,26 +16,36 @@ import (
 // lags is granted as soon as the leader applies the hand-off — the leader
 // pushes the grant to that member — not when the follower's own apply gets
 // there; its Unlock is answered the same way (the leader pushes the op's
-// result). The follower applies every batch 1.5 s late (failpoint); the grant
-// must reach its client while the follower's store is still below the
-// grant's revision, and the follower's apply must get there after. Without the push the grant waits for that apply, and the
-// whole queue behind this waiter with it.
+// result). The follower applies every batch 1.5 s late (failpoint); the
+// grant must reach its client while the follower's store is still below
+// the grant's revision, and the follower's apply must get there after.
+// Without the push the grant waits for that apply, and the whole queue
+// behind this waiter with it.
+// withSlowApplyFollower restarts a follower of c so that it applies every
+// batch delay late (failpoint apply-before-commit) and returns the leader
+// and that follower.
+func withSlowApplyFollower(t *testing.T, ctx context.Context, c *cluster.Cluster, delay string) (leader, follower int) {
+	t.Helper()
+	l, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := (l + 1) % len(c.Members)
+	c.Stop(f)
+	c.RestartWithEnv(f, []string{"TENURE_FAILPOINTS=apply-before-commit=sleep:" + delay})
+	if err := c.WaitMemberReady(ctx, f); err != nil {
+		t.Fatal(err)
+	}
+	return l, f
+}
+
 func TestLockGrantPushedToALaggingFollower(t *testing.T) {
 	if cluster.TargetFromEnv(t) == cluster.Etcd {
 		t.Skip("Tenure's lock service and failpoints")
 	}
 	c := start(t, cluster.Options{Size: 3})
 	ctx := testCtx(t, 120*time.Second)
-	l, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := (l + 1) % 3
-	c.Stop(f)
-	c.RestartWithEnv(f, []string{"TENURE_FAILPOINTS=apply-before-commit=sleep:1500ms"})
-	if err := c.WaitMemberReady(ctx, f); err != nil {
-		t.Fatal(err)
-	}
+	l, f := withSlowApplyFollower(t, ctx, c, "1500ms")
 	if nl, err := c.WaitLeader(ctx); err != nil || nl != l {
 		t.Fatalf("leader after restarting follower %d: %d (%v), want %d still", f, nl, err, l)
 	}

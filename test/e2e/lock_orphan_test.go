@@ -22,16 +22,7 @@ func TestLockTimedOutAcquireLeavesTheQueue(t *testing.T) {
 	}
 	c := start(t, cluster.Options{Size: 3})
 	ctx := testCtx(t, 240*time.Second)
-	l, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := (l + 1) % 3
-	c.Stop(f)
-	c.RestartWithEnv(f, []string{"TENURE_FAILPOINTS=apply-before-commit=sleep:6s"})
-	if err := c.WaitMemberReady(ctx, f); err != nil {
-		t.Fatal(err)
-	}
+	l, f := withSlowApplyFollower(t, ctx, c, "6s")
 	st, err := c.Client(f).Status(ctx, c.Endpoint(f))
 	if err != nil {
 		t.Fatal(err)
