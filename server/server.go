@@ -100,6 +100,8 @@ type Member struct {
 	stopOnce sync.Once
 }
 
+var errUnknownNotice = errors.New("empty or unknown notice")
+
 // Start opens the store, starts raft and the listeners, and returns once
 // the member is serving (it may not have a leader yet).
 func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
@@ -198,14 +200,15 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		WantsEager: func() bool { w, _ := hub.Stats(); return w > 0 },
 		// Members send each other lock grants and lock op results (below).
 		OnNotice: func(from uint64, payload []byte) {
-			var err error
+			err := errUnknownNotice
 			switch {
-			case len(payload) > 0 && payload[0] == lock.NoticeGrant:
+			case len(payload) == 0:
+			case payload[0] == lock.NoticeGrant:
 				var n lock.Note
 				if n, err = lock.UnmarshalGrantNotice(payload); err == nil {
 					locks.DeliverGrant(n)
 				}
-			case len(payload) > 0 && payload[0] == lock.NoticeResult:
+			case payload[0] == lock.NoticeResult:
 				var (
 					id    uint64
 					out   any
@@ -214,8 +217,6 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 				if id, out, opErr, err = lock.UnmarshalResultNotice(payload); err == nil {
 					ap.DeliverResult(id, apply.Result{Lock: out, Err: opErr})
 				}
-			default:
-				err = errors.New("unknown notice kind")
 			}
 			if err != nil {
 				lg.Warn("undecodable notice from a peer; ignored", "peer", fmt.Sprintf("%x", from), "err", err)

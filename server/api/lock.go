@@ -159,8 +159,9 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 			if ar == nil {
 				if n.Kind == lock.NoteGranted && n.ReqID == op.ReqID {
 					answered.Store(true)
-					return &lock.AcquireResult{Key: n.Key, Token: n.Token, Granted: true, Rev: n.Rev,
-						Owner: lock.Owner{Key: n.Key, Token: n.Token, Lease: n.Lease}}, nil
+					ar = &lock.AcquireResult{Key: n.Key, Token: n.Token}
+					settle(n)
+					return ar, nil
 				}
 				// Before the result only a grant naming this request is
 				// known to be this call's.
@@ -192,18 +193,12 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 // Server.propose (request timeout, proposal metrics). It returns the lock
 // machine's answer, errors mapped for gRPC.
 func (l *Locks) do(ctx context.Context, op *lock.Op) (any, error) {
-	if err := l.s.requireLeader(ctx); err != nil {
-		return nil, err
-	}
-	res := l.s.propose(ctx, func(ctx context.Context) apply.Result { return l.s.cfg.Applier.DoLock(ctx, op) })
-	if res.Err != nil {
-		return nil, ToGRPC(res.Err)
-	}
-	return res.Lock, nil
+	return l.doOrphaning(ctx, op, nil)
 }
 
 // doOrphaning is do for an acquire: when ctx ends after the op went to
-// raft, its result goes to onOrphan if the entry applies here later.
+// raft, its result goes to onOrphan (if set) if the entry applies here
+// later.
 func (l *Locks) doOrphaning(ctx context.Context, op *lock.Op, onOrphan func(apply.Result)) (any, error) {
 	if err := l.s.requireLeader(ctx); err != nil {
 		return nil, err

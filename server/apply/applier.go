@@ -310,24 +310,19 @@ func (a *Applier) orphan(id uint64, ch chan Result, fn func(Result)) {
 // DoLock proposes a native lock operation and waits for its result. It
 // gives op a request id unless op has one (NewRequestID).
 func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
-	if op.ReqID == 0 {
-		op.ReqID = a.nextID()
-	}
-	id := op.ReqID
-	op.Origin = a.node.ID() // where the result and any grant are awaited (SetResultPusher, lock.Machine.SetGrantHook)
-	return a.propose(ctx, id, append([]byte{KindLock}, op.Marshal()...))
+	return a.DoLockOrphaned(ctx, op, nil)
 }
 
 // DoLockOrphaned is DoLock, except that when ctx ends after the op was
 // handed to raft, its result — should the entry apply here later — goes to
-// onOrphan: a lock acquire whose caller timed out must still leave the
-// queue once its key is written (lock.Machine's contract), and only the
-// result knows the key's mod revision.
+// onOrphan (when set): a lock acquire whose caller timed out must still
+// leave the queue once its key is written (lock.Machine's contract), and
+// only the result knows the key's mod revision.
 func (a *Applier) DoLockOrphaned(ctx context.Context, op *lock.Op, onOrphan func(Result)) Result {
 	if op.ReqID == 0 {
 		op.ReqID = a.nextID()
 	}
-	op.Origin = a.node.ID()
+	op.Origin = a.node.ID() // where the result and any grant are awaited (SetResultPusher, lock.Machine.SetGrantHook)
 	return a.proposeOrphaning(ctx, op.ReqID, append([]byte{KindLock}, op.Marshal()...), onOrphan)
 }
 

@@ -26,14 +26,12 @@ const (
 	NoticeResult = 2
 )
 
-const grantNoticeV1 = NoticeGrant
-
 var errMalformedNotice = errors.New("tenure: lock: malformed grant notice")
 
 // MarshalGrantNotice encodes a NoteGranted for the wire.
 func MarshalGrantNotice(n Note) []byte {
 	b := make([]byte, 0, 1+32+8+len(n.Lock)+len(n.Key))
-	b = append(b, grantNoticeV1)
+	b = append(b, NoticeGrant)
 	b = binary.BigEndian.AppendUint64(b, uint64(n.Token))
 	b = binary.BigEndian.AppendUint64(b, uint64(n.Lease))
 	b = binary.BigEndian.AppendUint64(b, uint64(n.Rev))
@@ -47,7 +45,7 @@ func MarshalGrantNotice(n Note) []byte {
 // UnmarshalGrantNotice decodes what MarshalGrantNotice wrote.
 func UnmarshalGrantNotice(b []byte) (Note, error) {
 	const fixed = 1 + 32
-	if len(b) < fixed+4 || b[0] != grantNoticeV1 {
+	if len(b) < fixed+4 || b[0] != NoticeGrant {
 		return Note{}, errMalformedNotice
 	}
 	n := Note{Kind: NoteGranted}
@@ -179,12 +177,11 @@ func boolByte(v bool) byte {
 // decoding the rest; ok is false for a malformed payload. An op encoded
 // before Origin existed reports 0.
 func PeekOrigin(b []byte) (origin, reqID uint64, ok bool) {
-	const fixed = 2 + 8 + 8 + 4 + 8 + 8
-	if len(b) < fixed+4 {
+	if len(b) < opFixedLen+4 {
 		return 0, 0, false
 	}
 	reqID = binary.BigEndian.Uint64(b[2:])
-	p := uint64(fixed)
+	p := uint64(opFixedLen)
 	for range 2 { // name, value
 		if uint64(len(b)) < p+4 {
 			return 0, 0, false

@@ -36,14 +36,20 @@ type Op struct {
 	MaxWaiters uint32
 	DelayMs    int64
 	Epoch      uint64 // OpEndDelay: the delay's epoch; OpRelease: the key's token (create revision)
-	// Origin is the member whose call waits for the outcome (OpAcquire).
-	// It only routes the grant (the leader pushes a grant to the member
-	// holding the waiting call, Machine.SetGrantHook) and never changes
-	// an outcome. Entries written before it existed decode with 0.
+	// Origin is the member whose call waits for the outcome. It only
+	// routes: the leader pushes the op's result there (apply's result
+	// pusher) and, for an OpAcquire, the key's grant (Machine.SetGrantHook).
+	// It never changes an outcome. Entries written before it existed decode
+	// with 0.
 	Origin uint64
 }
 
 var errMalformed = errors.New("tenure: lock: malformed entry")
+
+// opFixedLen is the fixed part of an encoded op: kind, flags, ReqID, Lease,
+// MaxWaiters, DelayMs, Epoch. The name and the value (each length-prefixed)
+// and the origin follow.
+const opFixedLen = 2 + 8 + 8 + 4 + 8 + 8
 
 // Marshal encodes op.
 func (op *Op) Marshal() []byte {
@@ -63,8 +69,7 @@ func (op *Op) Marshal() []byte {
 
 // Unmarshal decodes an op encoded by Marshal.
 func Unmarshal(b []byte) (*Op, error) {
-	const fixed = 2 + 8 + 8 + 4 + 8 + 8
-	if len(b) < fixed+4 {
+	if len(b) < opFixedLen+4 {
 		return nil, errMalformed
 	}
 	op := &Op{Kind: OpKind(b[0]), Flags: b[1]}
@@ -73,7 +78,7 @@ func Unmarshal(b []byte) (*Op, error) {
 	op.MaxWaiters = binary.BigEndian.Uint32(b[18:])
 	op.DelayMs = int64(binary.BigEndian.Uint64(b[22:]))
 	op.Epoch = binary.BigEndian.Uint64(b[30:])
-	p := fixed
+	p := opFixedLen
 	n := int(binary.BigEndian.Uint32(b[p:]))
 	p += 4
 	if n < 0 || len(b) < p+n+4 {
@@ -97,13 +102,12 @@ func Unmarshal(b []byte) (*Op, error) {
 // PeekAcquire reads, without copying, the lock name and flags of an
 // encoded OpAcquire; ok is false for any other op or a malformed payload.
 func PeekAcquire(b []byte) (name []byte, flags byte, ok bool) {
-	const fixed = 2 + 8 + 8 + 4 + 8 + 8
-	if len(b) < fixed+4 || OpKind(b[0]) != OpAcquire {
+	if len(b) < opFixedLen+4 || OpKind(b[0]) != OpAcquire {
 		return nil, 0, false
 	}
-	n := int(binary.BigEndian.Uint32(b[fixed:]))
-	if n < 0 || len(b) < fixed+4+n {
+	n := int(binary.BigEndian.Uint32(b[opFixedLen:]))
+	if n < 0 || len(b) < opFixedLen+4+n {
 		return nil, 0, false
 	}
-	return b[fixed+4 : fixed+4+n], b[1], true
+	return b[opFixedLen+4 : opFixedLen+4+n], b[1], true
 }
