@@ -153,7 +153,7 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 		n.syncPeers()
 	}
 	if smTouched {
-		n.sm.Committed()
+		n.committed()
 	}
 	n.setApplied(last, term)
 	for _, r := range ccDone {

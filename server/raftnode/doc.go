@@ -49,7 +49,9 @@
 //     to OnNotice and never to raft. They are hints: they may be lost or
 //     overtake raft messages, skip thrifty replication's hold, and nothing
 //     may depend on them for correctness (the lock service uses them to push
-//     grants ahead of a member's own apply).
+//     grants ahead of a member's own apply). Those sent while the state
+//     machine's Committed runs go out together when it returns, one
+//     Transport.Send per apply batch.
 //   - PreVote and CheckQuorum are on; ReadIndex runs in ReadOnlySafe mode.
 //   - ReadIndex requests that arrive together share one raft round.
 //   - A snapshot sent to a follower is the sender's whole state-machine key

@@ -92,6 +92,7 @@ type Node struct {
 	absorbed     atomic.Uint64 // forwarded proposals the state machine absorbed (tests)
 	snapsSent    atomic.Uint64
 	notices      atomic.Uint64 // notices sent (SendNotice)
+	noticeBatch  noticeBatch   // notices sent during Committed (notice.go)
 	eagerSent    atomic.Uint64 // msgEager sent (tests)
 	startOnce    sync.Once
 	stopOnce     sync.Once

@@ -43,6 +43,9 @@ type testSM struct {
 	seen    map[string]bool
 	reloads atomic.Int64
 	commits atomic.Int64
+	// onCommitted, if set, runs in Committed (a state machine's hooks,
+	// such as the lock service's pushes, run there).
+	onCommitted atomic.Pointer[func()]
 }
 
 func newTestSM() *testSM { return &testSM{applies: map[uint64]int{}, seen: map[string]bool{}} }
@@ -62,7 +65,12 @@ func (s *testSM) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 	s.seen[string(data)] = true
 	s.mu.Unlock()
 }
-func (s *testSM) Committed()    { s.commits.Add(1) }
+func (s *testSM) Committed() {
+	s.commits.Add(1)
+	if f := s.onCommitted.Load(); f != nil {
+		(*f)()
+	}
+}
 func (s *testSM) Reload() error { s.reloads.Add(1); return nil }
 
 func (s *testSM) maxApplies() (uint64, int) {
