@@ -43,7 +43,9 @@
 //     never one that forwarded a read index, or a proposal a StateMachine
 //     implementing LazyApplyTolerant does not accept, within an election
 //     timeout) for up to that long and sends them merged; any other message
-//     to such a follower releases them first (thrifty.go).
+//     to such a follower releases them first (thrifty.go). To the other
+//     followers, when none of those conditions holds, an append that only
+//     carries a commit index waits likewise for the next message to them.
 //   - Notices (SendNotice → the peer's Config.OnNotice) ride the raft stream
 //     as messages of a type raft keeps local (notice.go); Process hands them
 //     to OnNotice and never to raft. They are hints: they may be lost or

@@ -38,6 +38,18 @@ import (
 // (unless every entry it forwarded tolerates it: LazyApplyTolerant), and
 // neither is one that says it wants to be eager (Config.WantsEager: it has
 // watchers, whose events would lag by the delay).
+//
+// An eager follower that is not busy in that sense (quiet) gets its
+// appends at once, but not the empty append raft sends it only to carry a
+// new commit index: that one is held like a lazy follower's, up to the
+// delay or until the next message to it, which carries it along. Under a
+// serial load (one lock handed from waiter to waiter, each hand-off its
+// own raft round) the next round's append follows within a hand-off, so
+// the follower learns the commit one round later in the same read, Ready
+// and apply batch instead of one of each per round. Nobody waits for a
+// quiet follower's apply: its clients' lock ops get their results pushed
+// by the leader, and a commit needs its acknowledgement of entries, never
+// of a commit index.
 // LazyApplyTolerant is implemented by a StateMachine that can tell which
 // entries a proposing follower need not apply promptly: those whose result
 // the leader sends that member itself (Tenure's lock ops), and those whose
@@ -62,9 +74,10 @@ type thrifty struct {
 	// MaxSizePerMsg), so a held catch-up stream stays within a frame.
 	budget int
 
-	mu   sync.Mutex
-	held map[uint64]*heldApps // the lazy followers
-	busy map[uint64]time.Time // follower → last forwarded request
+	mu      sync.Mutex
+	held    map[uint64]*heldApps // the lazy followers
+	commits map[uint64]*heldApps // the quiet eager followers' commit-only appends
+	busy    map[uint64]time.Time // follower → last forwarded request
 }
 
 type heldApps struct {
@@ -75,7 +88,7 @@ type heldApps struct {
 
 func newThrifty(delay, busyFor time.Duration, tr Transport, budget int) *thrifty {
 	return &thrifty{delay: delay, busyFor: busyFor, tr: tr, budget: budget,
-		held: map[uint64]*heldApps{}, busy: map[uint64]time.Time{}}
+		held: map[uint64]*heldApps{}, commits: map[uint64]*heldApps{}, busy: map[uint64]time.Time{}}
 }
 
 // send is Transport.Send with the lazy followers' appends held back. It
@@ -91,14 +104,21 @@ func (th *thrifty) send(msgs []*raftpb.Message) {
 	out := msgs[:0:0]
 	for _, m := range msgs {
 		h := th.held[m.GetTo()]
+		c := th.commits[m.GetTo()]
 		switch {
-		case h == nil:
-			out = append(out, m)
-		case m.GetType() == raftpb.MsgApp:
+		case h != nil && m.GetType() == raftpb.MsgApp:
 			th.hold(m.GetTo(), h, m)
-		default:
+		case h != nil:
 			out = append(out, h.msgs...)
 			h.msgs, h.bytes = nil, 0
+			out = append(out, m)
+		case c != nil && m.GetType() == raftpb.MsgApp && len(m.Entries) == 0:
+			th.hold(m.GetTo(), c, m)
+		case c != nil:
+			out = append(out, c.msgs...)
+			c.msgs, c.bytes = nil, 0
+			out = append(out, m)
+		default:
 			out = append(out, m)
 		}
 	}
@@ -168,23 +188,38 @@ func (th *thrifty) markBusy(from uint64, now time.Time) {
 func (th *thrifty) choose(leader bool, self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, now time.Time) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	var lazy []uint64
+	var lazy, quiet []uint64
 	if leader {
 		maps.DeleteFunc(th.busy, func(_ uint64, at time.Time) bool { return now.Sub(at) >= th.busyFor })
-		lazy = pickLazy(self, cfg, prs, func(id uint64) bool { _, ok := th.busy[id]; return ok })
-	}
-	for id, h := range th.held {
-		if !slices.Contains(lazy, id) {
-			if len(h.msgs) > 0 {
-				th.tr.Send(h.msgs)
+		isBusy := func(id uint64) bool { _, ok := th.busy[id]; return ok }
+		lazy = pickLazy(self, cfg, prs, isBusy)
+		if len(lazy) > 0 {
+			for id := range cfg.Voters[0] {
+				if _, ok := prs[id]; ok && id != self && !isBusy(id) && !slices.Contains(lazy, id) {
+					quiet = append(quiet, id)
+				}
 			}
-			h.msgs, h.bytes = nil, 0
-			delete(th.held, id) // a pending flush finds h empty
 		}
 	}
-	for _, id := range lazy {
-		if th.held[id] == nil {
-			th.held[id] = &heldApps{}
+	release(th.tr, th.held, lazy)
+	release(th.tr, th.commits, quiet)
+}
+
+// release sends and forgets what set holds for peers not in keep, and adds
+// the peers of keep it lacks. th.mu is held.
+func release(tr Transport, set map[uint64]*heldApps, keep []uint64) {
+	for id, h := range set {
+		if !slices.Contains(keep, id) {
+			if len(h.msgs) > 0 {
+				tr.Send(h.msgs)
+			}
+			h.msgs, h.bytes = nil, 0
+			delete(set, id) // a pending flush finds h empty
+		}
+	}
+	for _, id := range keep {
+		if set[id] == nil {
+			set[id] = &heldApps{}
 		}
 	}
 }

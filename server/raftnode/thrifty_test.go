@@ -123,6 +123,57 @@ func TestThriftyReleasesAfterTheDelay(t *testing.T) {
 	}
 }
 
+// The quiet eager follower (not busy, not lazy) gets appends with entries
+// at once, but an append that only carries a commit index waits for the
+// next message to it, which it precedes, or for the delay; successive ones
+// merge into the latest commit. A busy eager follower gets every append at
+// once, and so does everyone once leadership is lost.
+func TestThriftyHoldsCommitOnlyAppendsToAQuietFollower(t *testing.T) {
+	rec := &sendRecorder{}
+	th := newThrifty(time.Hour, time.Minute, rec, 1<<20)
+	prs := map[uint64]tracker.Progress{1: {Match: 20}, 2: {Match: 20}, 3: {Match: 10}}
+	now := time.Now()
+	th.choose(true, 1, voters(1, 2, 3), prs, now)
+	if th.held[3] == nil || th.commits[2] == nil || len(th.commits) != 1 {
+		t.Fatalf("lazy %v, quiet %v: want 3 lazy and 2 quiet", th.held, th.commits)
+	}
+	th.send([]*raftpb.Message{thriftyApp(2, 20, 19, 0)})
+	th.send([]*raftpb.Message{thriftyApp(2, 20, 20, 0)})
+	if got := rec.take(); len(got) != 0 {
+		t.Fatalf("sent %d commit-only appends to the quiet follower, want them held", len(got))
+	}
+	next := thriftyApp(2, 20, 20, 1)
+	th.send([]*raftpb.Message{next})
+	got := rec.take()
+	if len(got) != 2 || got[1] != next || got[0].GetCommit() != 20 || len(got[0].Entries) != 0 || got[0].GetIndex() != 20 {
+		t.Fatalf("the next append released %v, want one commit-only append with commit 20, then the append", got)
+	}
+
+	th.markBusy(2, now)
+	th.choose(true, 1, voters(1, 2, 3), prs, now)
+	if len(th.commits) != 0 {
+		t.Fatalf("quiet followers %v, want none once 2 forwarded a request", th.commits)
+	}
+	th.send([]*raftpb.Message{thriftyApp(2, 21, 21, 0)})
+	if got := rec.take(); len(got) != 1 {
+		t.Fatalf("sent %d messages to a busy eager follower, want its commit-only append at once", len(got))
+	}
+
+	th = newThrifty(10*time.Millisecond, time.Minute, rec, 1<<20)
+	th.choose(true, 1, voters(1, 2, 3), prs, now)
+	th.send([]*raftpb.Message{thriftyApp(2, 21, 21, 0)})
+	got = nil
+	waitFor(t, 5*time.Second, "the held commit-only append", func() bool { got = append(got, rec.take()...); return len(got) > 0 })
+	if len(got) != 1 || got[0].GetCommit() != 21 {
+		t.Fatalf("released %v after the delay, want the commit-only append", got)
+	}
+	th.send([]*raftpb.Message{thriftyApp(2, 22, 22, 0)})
+	th.choose(false, 1, tracker.Config{}, nil, time.Time{})
+	if got := rec.take(); len(got) != 1 || got[0].GetCommit() != 22 || len(th.commits) != 0 {
+		t.Fatalf("losing leadership released %v (quiet %v), want the held commit-only append and none quiet", got, th.commits)
+	}
+}
+
 func voters(ids ...uint64) tracker.Config {
 	mc := quorum.MajorityConfig{}
 	for _, id := range ids {
