@@ -11,6 +11,22 @@ import (
 	"go.etcd.io/raft/v3/tracker"
 )
 
+// LazyApplyTolerant is implemented by a StateMachine that can tell which
+// entries a proposing follower need not apply promptly: those whose result
+// the leader sends that member itself (Tenure's lock ops), and those whose
+// callers can wait a thrifty delay longer (lease renewals). A follower
+// forwarding only such entries may still be held. Without it, every
+// forwarded proposal makes its follower eager. Runs on the transport's
+// reader: it must be cheap.
+type LazyApplyTolerant interface {
+	ToleratesLazyApply(data []byte) bool
+}
+
+// MaxThriftyDelay bounds Config.ThriftyDelay: a lazy follower is at most
+// this far behind, and a commit waits at most this long when the eager
+// follower stops answering.
+const MaxThriftyDelay = 50 * time.Millisecond
+
 // thrifty is the leader's thrifty replication (Config.ThriftyDelay, off by
 // default): a commit needs the leader and a majority of acknowledgements,
 // so with three voters one follower's append is not on the path of any
@@ -50,22 +66,6 @@ import (
 // quiet follower's apply: its clients' lock ops get their results pushed
 // by the leader, and a commit needs its acknowledgement of entries, never
 // of a commit index.
-// LazyApplyTolerant is implemented by a StateMachine that can tell which
-// entries a proposing follower need not apply promptly: those whose result
-// the leader sends that member itself (Tenure's lock ops), and those whose
-// callers can wait a thrifty delay longer (lease renewals). A follower
-// forwarding only such entries may still be held. Without it, every
-// forwarded proposal makes its follower eager. Runs on the transport's
-// reader: it must be cheap.
-type LazyApplyTolerant interface {
-	ToleratesLazyApply(data []byte) bool
-}
-
-// MaxThriftyDelay bounds Config.ThriftyDelay: a lazy follower is at most
-// this far behind, and a commit waits at most this long when the eager
-// follower stops answering.
-const MaxThriftyDelay = 50 * time.Millisecond
-
 type thrifty struct {
 	delay   time.Duration
 	busyFor time.Duration
@@ -97,28 +97,26 @@ func newThrifty(delay, busyFor time.Duration, tr Transport, budget int) *thrifty
 func (th *thrifty) send(msgs []*raftpb.Message) {
 	th.mu.Lock()
 	defer th.mu.Unlock()
-	if len(th.held) == 0 {
+	if len(th.held) == 0 { // no lazy follower, so no quiet one (pickLazy)
 		th.tr.Send(msgs)
 		return
 	}
 	out := msgs[:0:0]
 	for _, m := range msgs {
-		h := th.held[m.GetTo()]
-		c := th.commits[m.GetTo()]
+		// A lazy follower's appends are held, a quiet one's commit-only
+		// appends; any other message to either releases what is held.
+		h, holds := th.held[m.GetTo()], m.GetType() == raftpb.MsgApp
+		if h == nil {
+			h, holds = th.commits[m.GetTo()], holds && len(m.Entries) == 0
+		}
 		switch {
-		case h != nil && m.GetType() == raftpb.MsgApp:
+		case h == nil:
+			out = append(out, m)
+		case holds:
 			th.hold(m.GetTo(), h, m)
-		case h != nil:
+		default:
 			out = append(out, h.msgs...)
 			h.msgs, h.bytes = nil, 0
-			out = append(out, m)
-		case c != nil && m.GetType() == raftpb.MsgApp && len(m.Entries) == 0:
-			th.hold(m.GetTo(), c, m)
-		case c != nil:
-			out = append(out, c.msgs...)
-			c.msgs, c.bytes = nil, 0
-			out = append(out, m)
-		default:
 			out = append(out, m)
 		}
 	}
@@ -191,15 +189,7 @@ func (th *thrifty) choose(leader bool, self uint64, cfg tracker.Config, prs map[
 	var lazy, quiet []uint64
 	if leader {
 		maps.DeleteFunc(th.busy, func(_ uint64, at time.Time) bool { return now.Sub(at) >= th.busyFor })
-		isBusy := func(id uint64) bool { _, ok := th.busy[id]; return ok }
-		lazy = pickLazy(self, cfg, prs, isBusy)
-		if len(lazy) > 0 {
-			for id := range cfg.Voters[0] {
-				if _, ok := prs[id]; ok && id != self && !isBusy(id) && !slices.Contains(lazy, id) {
-					quiet = append(quiet, id)
-				}
-			}
-		}
+		lazy, quiet = pickLazy(self, cfg, prs, func(id uint64) bool { _, ok := th.busy[id]; return ok })
 	}
 	release(th.tr, th.held, lazy)
 	release(th.tr, th.commits, quiet)
@@ -224,19 +214,22 @@ func release(tr Transport, set map[uint64]*heldApps, keep []uint64) {
 	}
 }
 
-// pickLazy returns the voting followers no commit needs: with v voters a
-// commit needs v/2+1 of them, the leader and v/2 followers. Those are the
-// busy followers first, then the most advanced (by match index, then by ID
-// for a stable choice); the others may be lazy unless busy. Learners are
-// never lazy (they catch up to be promoted), and a joint configuration
-// (a membership change in progress) has none.
-func pickLazy(self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, busy func(uint64) bool) []uint64 {
+// pickLazy returns the voting followers no commit needs (lazy) and the
+// quiet ones among those it needs: with v voters a commit needs v/2+1 of
+// them, the leader and v/2 followers. Those are the busy followers first,
+// then the most advanced (by match index, then by ID for a stable choice);
+// the others are lazy unless busy, and the needed ones that are not busy
+// are quiet. Busy ones sort first, so there is a quiet follower only where
+// there is a lazy one. Learners are neither (they catch up to be
+// promoted), and a joint configuration (a membership change in progress)
+// has none.
+func pickLazy(self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, busy func(uint64) bool) (lazy, quiet []uint64) {
 	if len(cfg.Voters[1]) > 0 {
-		return nil
+		return nil, nil
 	}
 	voters := cfg.Voters[0]
 	if _, ok := voters[self]; !ok {
-		return nil
+		return nil, nil
 	}
 	var followers []uint64
 	for id := range voters {
@@ -246,7 +239,7 @@ func pickLazy(self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, 
 	}
 	need := len(voters) / 2
 	if need >= len(followers) {
-		return nil
+		return nil, nil
 	}
 	rank := func(id uint64) int { // busy first
 		if busy(id) {
@@ -257,13 +250,16 @@ func pickLazy(self uint64, cfg tracker.Config, prs map[uint64]tracker.Progress, 
 	slices.SortFunc(followers, func(a, b uint64) int {
 		return cmp.Or(cmp.Compare(rank(a), rank(b)), cmp.Compare(prs[b].Match, prs[a].Match), cmp.Compare(a, b))
 	})
-	var lazy []uint64
-	for _, id := range followers[need:] {
-		if !busy(id) {
+	for i, id := range followers {
+		switch {
+		case busy(id):
+		case i < need:
+			quiet = append(quiet, id)
+		default:
 			lazy = append(lazy, id)
 		}
 	}
-	return lazy
+	return lazy, quiet
 }
 
 func entriesBytes(es []*raftpb.Entry) int {

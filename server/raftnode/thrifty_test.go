@@ -189,24 +189,30 @@ func TestPickLazy(t *testing.T) {
 	joint := voters(1, 2, 3)
 	joint.Voters[1] = quorum.MajorityConfig{1: {}, 2: {}}
 	for _, tc := range []struct {
-		name string
-		cfg  tracker.Config
-		busy func(uint64) bool
-		want []uint64
+		name  string
+		cfg   tracker.Config
+		busy  func(uint64) bool
+		want  []uint64
+		quiet []uint64
 	}{
-		{"one member", voters(1), idle, nil},
-		{"two members: the follower is needed", voters(1, 2), idle, nil},
-		{"three: the less advanced follower", voters(1, 2, 3), idle, []uint64{3}},
-		{"three: a busy follower stays eager", voters(1, 2, 3), busy(3), []uint64{2}},
-		{"three: both busy", voters(1, 2, 3), busy(2, 3), nil},
-		{"five: the two least advanced", voters(1, 2, 3, 4, 5), idle, []uint64{3, 5}},
-		{"a joint configuration", joint, idle, nil},
-		{"not a voter itself", voters(2, 3, 4), idle, nil},
+		{"one member", voters(1), idle, nil, nil},
+		{"two members: the follower is needed", voters(1, 2), idle, nil, nil},
+		{"three: the less advanced follower", voters(1, 2, 3), idle, []uint64{3}, []uint64{2}},
+		{"three: a busy follower stays eager", voters(1, 2, 3), busy(3), []uint64{2}, nil},
+		{"three: both busy", voters(1, 2, 3), busy(2, 3), nil, nil},
+		{"five: the two least advanced", voters(1, 2, 3, 4, 5), idle, []uint64{3, 5}, []uint64{2, 4}},
+		{"five: one busy", voters(1, 2, 3, 4, 5), busy(5), []uint64{2, 3}, []uint64{4}},
+		{"a joint configuration", joint, idle, nil, nil},
+		{"not a voter itself", voters(2, 3, 4), idle, nil, nil},
 	} {
-		got := pickLazy(1, tc.cfg, prs, tc.busy)
+		got, quiet := pickLazy(1, tc.cfg, prs, tc.busy)
 		slices.Sort(got)
+		slices.Sort(quiet)
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: lazy %v, want %v", tc.name, got, tc.want)
+		}
+		if !slices.Equal(quiet, tc.quiet) {
+			t.Errorf("%s: quiet %v, want %v", tc.name, quiet, tc.quiet)
 		}
 	}
 }
