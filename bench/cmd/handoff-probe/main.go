@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -53,6 +54,7 @@ func main() {
 	api := flag.String("api", "native", "native (tenure.v1 Locks), session (tenure.v1 Session stream), v3lock (etcd's lock service) or mutex (clientv3 concurrency.Mutex)")
 	name := flag.String("lock", "handoff-probe", "lock name")
 	locks := flag.Int("locks", 1, "spread the clients over this many locks (<lock>-0 …); with more than one, only the rates and RPC latencies mean anything")
+	cpuProfile := flag.String("cpuprofile", "", "write the probe's own CPU profile (the client side) to this file")
 	flag.Parse()
 	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "session" && *api != "v3lock" && *api != "mutex") {
 		flag.Usage()
@@ -91,6 +93,15 @@ func main() {
 		sessions[i] = s
 	}
 
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+	}
 	end := time.Now().Add(*duration)
 	var wg sync.WaitGroup
 	for i := range sessions {
@@ -189,6 +200,9 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	if *cpuProfile != "" {
+		pprof.StopCPUProfile() // the sessions still close; profile only the loop
+	}
 
 	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
 	var handoff, toUnlock, toNext []time.Duration

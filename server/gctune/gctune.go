@@ -1,0 +1,136 @@
+package gctune
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+)
+
+// Percent returns the GOGC that puts the heap goal at floor bytes for a
+// live heap of live bytes, never below base (nor below 1). A live heap
+// under 4 MiB counts as 4 MiB: the runtime's goal is never below 4 MiB ×
+// GOGC/100 (its minimum heap, scaled), so a GOGC computed for a smaller
+// live heap would put the goal above the floor.
+func Percent(live, floor uint64, base int) int {
+	if base < 0 {
+		return base // GOGC=off stays off
+	}
+	live = max(live, runtimeMinHeap)
+	if floor <= live {
+		return base
+	}
+	// goal = live * (1 + p/100) >= floor  ⇔  p >= (floor-live)*100/live
+	p := (floor - live) * 100 / live
+	if (floor-live)*100%live != 0 {
+		p++
+	}
+	if p > maxPercent {
+		p = maxPercent
+	}
+	return max(int(p), base, 1)
+}
+
+// runtimeMinHeap is the Go runtime's heap minimum at GOGC=100.
+const runtimeMinHeap = 4 << 20
+
+// maxPercent bounds GOGC (a floor over a tiny heap would ask for more).
+const maxPercent = 100_000
+
+// Tuner adjusts GOGC after each collection until Stop.
+type Tuner struct {
+	floor uint64
+	base  int
+
+	mu      sync.Mutex
+	stopped bool
+	set     int // the GOGC last set
+
+	runs atomic.Uint64 // tune calls (tests wait on it)
+}
+
+// sentinel is allocated for each cycle; its cleanup runs after the
+// collection that found it unreachable. Large enough and with a pointer, so
+// it is not a tiny allocation batched with others.
+type sentinel struct {
+	_ *Tuner
+	_ [16]byte
+}
+
+// Start begins tuning toward a heap goal of at least floor bytes. It
+// returns a Tuner that does nothing when floor is 0 or GOGC is off.
+func Start(floor uint64) *Tuner {
+	base := debug.SetGCPercent(100)
+	debug.SetGCPercent(base)
+	t := &Tuner{floor: floor, base: base, set: base}
+	if floor == 0 || base < 0 {
+		t.stopped = true
+		return t
+	}
+	t.tune()
+	t.arm()
+	return t
+}
+
+// Base is the GOGC the process had when the tuner started.
+func (t *Tuner) Base() int { return t.base }
+
+// Active reports whether the tuner adjusts GOGC (floor set, GOGC not off,
+// not stopped).
+func (t *Tuner) Active() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.stopped
+}
+
+// Stop ends tuning and restores the base GOGC.
+func (t *Tuner) Stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return
+	}
+	t.stopped = true
+	debug.SetGCPercent(t.base)
+	t.set = t.base
+}
+
+func (t *Tuner) arm() {
+	s := &sentinel{}
+	runtime.AddCleanup(s, func(t *Tuner) {
+		if t.tune() {
+			t.arm()
+		}
+	}, t)
+}
+
+var liveSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+
+// tune sets GOGC for the live heap the last collection measured; it
+// reports false once the tuner is stopped. It runs on the runtime's
+// cleanup goroutine, right after a collection, so a heap that grew fast
+// gets its GOGC lowered before the next goal is far off.
+func (t *Tuner) tune() bool {
+	defer t.runs.Add(1)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return false
+	}
+	s := make([]metrics.Sample, len(liveSample))
+	copy(s, liveSample)
+	metrics.Read(s)
+	var live uint64
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		live = s[0].Value.Uint64()
+	}
+	p := Percent(live, t.floor, t.base)
+	// SetGCPercent recomputes the goal at once; skip changes under 1/16
+	// so a live heap that wobbles does not reset it every cycle.
+	if d := p - t.set; d > t.set/16 || -d > t.set/16 {
+		debug.SetGCPercent(p)
+		t.set = p
+	}
+	return true
+}

@@ -1,0 +1,139 @@
+package gctune
+
+import (
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"testing"
+	"time"
+)
+
+func TestPercent(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name        string
+		live, floor uint64
+		base, want  int
+	}{
+		{"small heap is raised to the floor", 8 * mib, 64 * mib, 100, 700},
+		{"rounds up so the goal reaches the floor", 6 * mib, 64 * mib, 100, 967},
+		{"below the runtime minimum counts as 4 MiB", 1 * mib, 64 * mib, 100, 1500},
+		{"no collection yet", 0, 64 * mib, 100, 1500},
+		{"large heap keeps the base", 400 * mib, 64 * mib, 100, 100},
+		{"heap at the floor keeps the base", 64 * mib, 64 * mib, 100, 100},
+		{"never below a higher base", 40 * mib, 64 * mib, 200, 200},
+		{"a lower base is raised too", 32 * mib, 64 * mib, 50, 100},
+		{"GOGC=off stays off", 8 * mib, 64 * mib, -1, -1},
+		{"bounded", 4 * mib, 1 << 50, 100, maxPercent},
+	} {
+		if got := Percent(c.live, c.floor, c.base); got != c.want {
+			t.Errorf("%s: Percent(%d, %d, %d) = %d, want %d", c.name, c.live, c.floor, c.base, got, c.want)
+		}
+	}
+}
+
+func gogc(t *testing.T) int {
+	t.Helper()
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(s[0].Value.Uint64())
+}
+
+// collected collects once and waits until the tuner has run after it (its
+// cleanup for the previous cycle's sentinel), then returns GOGC.
+func collected(t *testing.T, tu *Tuner) int {
+	t.Helper()
+	n := tu.runs.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for tu.runs.Load() == n {
+		if time.Now().After(deadline) {
+			t.Fatal("the tuner did not run after a collection within 10 s")
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	return gogc(t)
+}
+
+// waitGOGC collects until GOGC satisfies ok or the deadline passes: the
+// tuner adjusts it on the runtime's cleanup goroutine after a collection.
+func waitGOGC(t *testing.T, ok func(int) bool) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		if g := gogc(t); ok(g) || time.Now().After(deadline) {
+			return g
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestTunerRaisesGOGCForASmallHeapAndStopRestoresIt(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+
+	tu := Start(1 << 30) // far above this test binary's live heap
+	defer tu.Stop()
+	if !tu.Active() || tu.Base() != 100 {
+		t.Fatalf("Start: active %v, base %d; want active, base 100", tu.Active(), tu.Base())
+	}
+	if g := waitGOGC(t, func(g int) bool { return g > 1000 }); g <= 1000 {
+		t.Fatalf("GOGC = %d with a 1 GiB floor over a heap of a few MiB; want it raised above 1000", g)
+	}
+	// It keeps tuning after later collections: push GOGC back down and
+	// wait for the tuner to raise it again.
+	debug.SetGCPercent(100)
+	tu.mu.Lock()
+	tu.set = 100
+	tu.mu.Unlock()
+	if g := waitGOGC(t, func(g int) bool { return g > 1000 }); g <= 1000 {
+		t.Fatalf("GOGC = %d after a later collection; want the tuner to raise it again", g)
+	}
+	tu.Stop()
+	if g := gogc(t); g != 100 {
+		t.Fatalf("GOGC = %d after Stop; want the base, 100", g)
+	}
+	if g := collected(t, tu); g != 100 {
+		t.Fatalf("GOGC = %d after Stop and a collection; a stopped tuner must not change it", g)
+	}
+}
+
+func TestTunerKeepsTheBaseForALargeHeap(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	ballast := make([]byte, 64<<20) // live heap well above the floor
+	tu := Start(8 << 20)
+	defer tu.Stop()
+	g := collected(t, tu)
+	runtime.KeepAlive(ballast)
+	if g != 100 {
+		t.Fatalf("GOGC = %d with a 64 MiB live heap over an 8 MiB floor; want the base, 100", g)
+	}
+}
+
+func TestTunerIsOffWithoutAFloorOrWithGOGCOff(t *testing.T) {
+	old := debug.SetGCPercent(-1)
+	defer debug.SetGCPercent(old)
+	tu := Start(1 << 30)
+	if tu.Active() || tu.Base() != -1 {
+		t.Fatalf("with GOGC=off: active %v, base %d; want inactive, base -1", tu.Active(), tu.Base())
+	}
+	runtime.GC()
+	if g := debug.SetGCPercent(-1); g != -1 {
+		t.Fatalf("with GOGC=off the tuner set GOGC to %d", g)
+	}
+	tu.Stop()
+
+	debug.SetGCPercent(100)
+	tu = Start(0)
+	if tu.Active() {
+		t.Fatal("Start(0) is active; want off")
+	}
+	for range 3 {
+		runtime.GC()
+	}
+	if g := gogc(t); g != 100 {
+		t.Fatalf("GOGC = %d with no floor; want 100 untouched", g)
+	}
+}
