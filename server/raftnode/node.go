@@ -41,6 +41,14 @@ type Node struct {
 	th     *thrifty       // nil: thrifty replication off
 	peerTr *PeerTransport // non-nil when the default transport is used
 
+	// thView is the leader's configuration and progress for thrifty
+	// replication, reused across Readies (the Ready loop's alone).
+	thView struct {
+		prs       map[uint64]tracker.Progress
+		cfg       tracker.Config
+		gen, term uint64
+	}
+
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
 	deferred deferQueue       // the leader's deferred proposals (defer.go)
 	// commitSeen is the highest commit index a Ready has carried (set
@@ -647,8 +655,12 @@ func (n *Node) chooseLazy(leader bool) {
 		n.th.choose(false, n.id, tracker.Config{}, nil, time.Time{})
 		return
 	}
-	st := n.rn.Status()
-	n.th.choose(true, n.id, st.Config, st.Progress, time.Now())
+	v := &n.thView
+	if v.prs == nil {
+		v.prs = map[uint64]tracker.Progress{}
+	}
+	n.rn.leaderView(v.prs, &v.cfg, &v.gen, &v.term)
+	n.th.choose(true, n.id, v.cfg, v.prs, time.Now())
 }
 
 func (n *Node) setLeader(lead uint64, isLeader bool) {

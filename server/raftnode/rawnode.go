@@ -6,6 +6,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 )
 
 // rawNode drives a raft.RawNode from the ready loop. raft.Node runs the
@@ -29,6 +30,10 @@ type rawNode struct {
 	lead    uint64        // leader as of the last Ready that reported one
 	leadCh  chan struct{} // closed and replaced when lead changes
 	wake    chan struct{} // capacity 1: there may be a Ready to take
+	// confGen counts ApplyConfChange calls: with the term, it tells when a
+	// configuration taken from Status may have changed (raft changes its
+	// configuration only there, or in a follower restoring a snapshot).
+	confGen uint64
 }
 
 func newRawNode(c *raft.Config, peers []raft.Peer) (*rawNode, error) {
@@ -151,6 +156,7 @@ func (r *rawNode) stepProposal(m *raftpb.Message) error {
 func (r *rawNode) ApplyConfChange(cc raftpb.ConfChangeI) *raftpb.ConfState {
 	r.mu.Lock()
 	cs := r.rn.ApplyConfChange(cc)
+	r.confGen++
 	r.mu.Unlock()
 	r.poke()
 	return cs
@@ -160,6 +166,22 @@ func (r *rawNode) Status() raft.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.rn.Status()
+}
+
+// leaderView fills prs with every peer's progress and returns the
+// configuration, taken from Status only when the term or the configuration
+// changed since cfg was (gen and term identify it; ok false: take it
+// again). Status clones the configuration and every Progress on each call,
+// and thrifty replication asks at every Ready of the leader.
+func (r *rawNode) leaderView(prs map[uint64]tracker.Progress, cfg *tracker.Config, gen *uint64, term *uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if t := r.rn.BasicStatus().HardState.GetTerm(); t != *term || r.confGen != *gen {
+		*cfg = r.rn.Status().Config
+		*gen, *term = r.confGen, t
+	}
+	clear(prs)
+	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { prs[id] = pr })
 }
 
 func (r *rawNode) TransferLeadership(_ context.Context, _, to uint64) {
