@@ -173,14 +173,13 @@ func unknownEnv(environ []string, known map[string]bool) []string {
 // startGCTuner starts the heap-goal floor (--gc-min-heap-bytes) unless it
 // is 0 or the operator chose GOGC in the environment, which then governs.
 func startGCTuner(floor int64, env func(string) string, lg *slog.Logger) *gctune.Tuner {
-	if env("GOGC") != "" {
-		floor = 0
+	if gogc := env("GOGC"); gogc != "" {
+		lg.Info("GOGC is set in the environment; --gc-min-heap-bytes is not applied", "gogc", gogc)
+		return gctune.Start(0)
 	}
 	t := gctune.Start(uint64(max(floor, 0)))
 	if t.Active() {
 		lg.Info("garbage collector heap goal kept at least --gc-min-heap-bytes", "bytes", floor, "base-gogc", t.Base())
-	} else if floor > 0 || env("GOGC") != "" {
-		lg.Info("garbage collector left at its GOGC", "gogc", env("GOGC"), "gc-min-heap-bytes", floor)
 	}
 	return t
 }

@@ -26,10 +26,7 @@ func Percent(live, floor uint64, base int) int {
 	if (floor-live)*100%live != 0 {
 		p++
 	}
-	if p > maxPercent {
-		p = maxPercent
-	}
-	return max(int(p), base, 1)
+	return max(int(min(p, maxPercent)), base, 1)
 }
 
 // runtimeMinHeap is the Go runtime's heap minimum at GOGC=100.
@@ -105,8 +102,6 @@ func (t *Tuner) arm() {
 	}, t)
 }
 
-var liveSample = []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
-
 // tune sets GOGC for the live heap the last collection measured; it
 // reports false once the tuner is stopped. It runs on the runtime's
 // cleanup goroutine, right after a collection, so a heap that grew fast
@@ -118,8 +113,7 @@ func (t *Tuner) tune() bool {
 	if t.stopped {
 		return false
 	}
-	s := make([]metrics.Sample, len(liveSample))
-	copy(s, liveSample)
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(s)
 	var live uint64
 	if s[0].Value.Kind() == metrics.KindUint64 {

@@ -43,11 +43,7 @@ type Node struct {
 
 	// thView is the leader's configuration and progress for thrifty
 	// replication, reused across Readies (the Ready loop's alone).
-	thView struct {
-		prs       map[uint64]tracker.Progress
-		cfg       tracker.Config
-		gen, term uint64
-	}
+	thView progressView
 
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
 	deferred deferQueue       // the leader's deferred proposals (defer.go)
@@ -655,12 +651,8 @@ func (n *Node) chooseLazy(leader bool) {
 		n.th.choose(false, n.id, tracker.Config{}, nil, time.Time{})
 		return
 	}
-	v := &n.thView
-	if v.prs == nil {
-		v.prs = map[uint64]tracker.Progress{}
-	}
-	n.rn.leaderView(v.prs, &v.cfg, &v.gen, &v.term)
-	n.th.choose(true, n.id, v.cfg, v.prs, time.Now())
+	n.rn.refreshView(&n.thView)
+	n.th.choose(true, n.id, n.thView.cfg, n.thView.prs, time.Now())
 }
 
 func (n *Node) setLeader(lead uint64, isLeader bool) {

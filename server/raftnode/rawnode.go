@@ -168,20 +168,30 @@ func (r *rawNode) Status() raft.Status {
 	return r.rn.Status()
 }
 
-// leaderView fills prs with every peer's progress and returns the
-// configuration, taken from Status only when the term or the configuration
-// changed since cfg was (gen and term identify it; ok false: take it
-// again). Status clones the configuration and every Progress on each call,
-// and thrifty replication asks at every Ready of the leader.
-func (r *rawNode) leaderView(prs map[uint64]tracker.Progress, cfg *tracker.Config, gen *uint64, term *uint64) {
+// progressView is the leader's configuration and every peer's progress,
+// kept across Readies by the one goroutine that refreshes it.
+type progressView struct {
+	prs       map[uint64]tracker.Progress
+	cfg       tracker.Config
+	gen, term uint64 // the confGen and term cfg was taken at
+}
+
+// refreshView brings v up to date. Status clones the configuration and
+// every Progress on each call, and thrifty replication asks at every Ready
+// of the leader; so the progress is read through WithProgress into v's map,
+// and the configuration is taken from Status only when the term or
+// confGen changed since v.cfg was.
+func (r *rawNode) refreshView(v *progressView) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t := r.rn.BasicStatus().HardState.GetTerm(); t != *term || r.confGen != *gen {
-		*cfg = r.rn.Status().Config
-		*gen, *term = r.confGen, t
+	if t := r.rn.BasicStatus().HardState.GetTerm(); t != v.term || r.confGen != v.gen {
+		v.cfg, v.gen, v.term = r.rn.Status().Config, r.confGen, t
 	}
-	clear(prs)
-	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { prs[id] = pr })
+	if v.prs == nil {
+		v.prs = map[uint64]tracker.Progress{}
+	}
+	clear(v.prs)
+	r.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) { v.prs[id] = pr })
 }
 
 func (r *rawNode) TransferLeadership(_ context.Context, _, to uint64) {

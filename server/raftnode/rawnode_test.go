@@ -11,10 +11,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// leaderView caches the configuration between Readies; a conf change and a
+// refreshView caches the configuration between Readies; a conf change and a
 // new term must both refresh it, or thrifty replication would pick lazy
 // followers from voters that are gone and miss new ones.
-func TestLeaderViewFollowsConfChangesAndTerms(t *testing.T) {
+func TestProgressViewFollowsConfChangesAndTerms(t *testing.T) {
 	ms := raft.NewMemoryStorage()
 	r, err := newRawNode(&raft.Config{ID: 1, ElectionTick: 10, HeartbeatTick: 1, Storage: ms,
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 16}, []raft.Peer{{ID: 1}})
@@ -46,36 +46,32 @@ func TestLeaderViewFollowsConfChangesAndTerms(t *testing.T) {
 	}
 	drain()
 
-	var (
-		prs       = map[uint64]tracker.Progress{}
-		cfg       tracker.Config
-		gen, term uint64
-	)
-	voters := func() []uint64 { return slices.Sorted(maps.Keys(cfg.Voters[0])) }
-	r.leaderView(prs, &cfg, &gen, &term)
-	if got := voters(); !slices.Equal(got, []uint64{1}) || len(prs) != 1 || term == 0 {
-		t.Fatalf("single voter: voters %v, progress of %d peers, term %d", got, len(prs), term)
+	var v progressView
+	voters := func() []uint64 { return slices.Sorted(maps.Keys(v.cfg.Voters[0])) }
+	r.refreshView(&v)
+	if got := voters(); !slices.Equal(got, []uint64{1}) || len(v.prs) != 1 || v.term == 0 {
+		t.Fatalf("single voter: voters %v, progress of %d peers, term %d", got, len(v.prs), v.term)
 	}
 
 	r.ApplyConfChange(&raftpb.ConfChange{Type: raftpb.ConfChangeAddNode.Enum(), NodeId: new(uint64(2))})
-	r.leaderView(prs, &cfg, &gen, &term)
-	if got := voters(); !slices.Equal(got, []uint64{1, 2}) || len(prs) != 2 {
-		t.Fatalf("after adding 2: voters %v, progress of %d peers; want the new configuration", got, len(prs))
+	r.refreshView(&v)
+	if got := voters(); !slices.Equal(got, []uint64{1, 2}) || len(v.prs) != 2 {
+		t.Fatalf("after adding 2: voters %v, progress of %d peers; want the new configuration", got, len(v.prs))
 	}
 
 	// A cached view with a stale term is taken again even without a conf
 	// change (a member may restore a snapshot's configuration as a
 	// follower, then lead in a later term).
-	cfg = tracker.Config{}
-	term--
-	r.leaderView(prs, &cfg, &gen, &term)
+	v.cfg = tracker.Config{}
+	v.term--
+	r.refreshView(&v)
 	if got := voters(); !slices.Equal(got, []uint64{1, 2}) {
 		t.Fatalf("stale term: voters %v; want the configuration taken again", got)
 	}
 	// With nothing changed, the cached configuration is kept (no Status).
-	cfg = tracker.Config{}
-	r.leaderView(prs, &cfg, &gen, &term)
-	if len(cfg.Voters[0]) != 0 || len(prs) != 2 {
-		t.Fatalf("unchanged term and configuration: voters %v, progress of %d peers; want the cache kept and progress refreshed", voters(), len(prs))
+	v.cfg = tracker.Config{}
+	r.refreshView(&v)
+	if len(v.cfg.Voters[0]) != 0 || len(v.prs) != 2 {
+		t.Fatalf("unchanged term and configuration: voters %v, progress of %d peers; want the cache kept and progress refreshed", voters(), len(v.prs))
 	}
 }

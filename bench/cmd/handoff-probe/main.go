@@ -93,12 +93,13 @@ func main() {
 		sessions[i] = s
 	}
 
+	var profile *os.File
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
+		var err error
+		if profile, err = os.Create(*cpuProfile); err != nil {
 			log.Fatal(err)
 		}
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if err := pprof.StartCPUProfile(profile); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -200,8 +201,11 @@ func main() {
 		}()
 	}
 	wg.Wait()
-	if *cpuProfile != "" {
+	if profile != nil {
 		pprof.StopCPUProfile() // the sessions still close; profile only the loop
+		if err := profile.Close(); err != nil {
+			log.Fatal(err)
+		}
 	}
 
 	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
