@@ -30,6 +30,7 @@
 // acquire went to raft has the key deleted once the acquire applies here
 // (Applier.DoLockOrphaned). tenure.v1 Session runs the Lock, Unlock,
 // TryLock and CheckFence calls as messages on one stream, each in its own
-// goroutine under the stream's context (at most MaxSessionInFlight at once;
+// goroutine (a pooled one that keeps its grown stack: workers.go) under the
+// stream's context (at most MaxSessionInFlight at once;
 // one more is answered ResourceExhausted), errors per request.
 package api

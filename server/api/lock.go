@@ -42,6 +42,9 @@ type Locks struct {
 	retryMu  sync.Mutex // orders retries.Add against Close
 	retries  sync.WaitGroup
 	pending  atomic.Int64 // departed waiters' keys whose delete is being retried
+	// workers runs Session requests and acquires' proposals on goroutines
+	// that keep their grown stacks; idle ones exit on Close.
+	workers *workers
 }
 
 // PendingAbandons is how many departed waiters' keys this member is still
@@ -58,6 +61,7 @@ func (s *Server) NewLocks(cfg LockConfig) *Locks {
 	}
 	l := &Locks{s: s, m: cfg.Machine, cfg: cfg}
 	l.stopping, l.stop = context.WithCancel(context.Background())
+	l.workers = newWorkers(DefaultMaxIdleWorkers, l.stopping.Done())
 	return l
 }
 
@@ -116,10 +120,10 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 		err error
 	}
 	resc := make(chan doResult, 1)
-	go func() {
+	l.workers.Go(func() {
 		out, err := l.doOrphaning(ctx, op, orphaned)
 		resc <- doResult{out, err}
-	}()
+	})
 	var (
 		ar   *lock.AcquireResult
 		held []lock.Note // notes that came before the result

@@ -21,10 +21,11 @@ var errSessionNoOp = status.Error(codes.InvalidArgument, "tenure: session: reque
 // Session runs a client's lock calls on one stream. A unary call costs the
 // server (and the client) a new HTTP/2 stream: headers to encode and
 // decode, a handler goroutine, trailers. On a stream each call is one
-// message each way. Each request runs in a goroutine of its own under the
-// stream's context, so a Lock that waits holds up nothing else, and a
-// stream that ends cancels what still runs (a waiting Lock leaves the
-// queue). A half-closed stream is served until its requests complete.
+// message each way. Each request runs in a goroutine of its own (a reused
+// one: Locks.workers) under the stream's context, so a Lock that waits
+// holds up nothing else, and a stream that ends cancels what still runs (a
+// waiting Lock leaves the queue). A half-closed stream is served until its
+// requests complete.
 func (n *nativeService) Session(st tenurev1.Locks_SessionServer) error {
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
@@ -66,11 +67,11 @@ func (n *nativeService) Session(st tenurev1.Locks_SessionServer) error {
 			continue
 		}
 		wg.Add(1)
-		go func() {
+		n.l.workers.Go(func() {
 			defer wg.Done()
 			defer func() { <-slots }()
 			send(n.sessionCall(ctx, req))
-		}()
+		})
 	}
 }
 
