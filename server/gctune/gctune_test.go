@@ -137,3 +137,46 @@ func TestTunerIsOffWithoutAFloorOrWithGOGCOff(t *testing.T) {
 		t.Fatalf("GOGC = %d with no floor; want 100 untouched", g)
 	}
 }
+
+// freeResident is heap memory the process holds free without having
+// returned it to the system: pages the next spans reuse without a fault.
+func freeResident() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapIdle - ms.HeapReleased
+}
+
+func TestPrefaultLeavesTheFloorResidentAndFree(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	const floor = 48 << 20
+	tu := Start(floor)
+	defer tu.Stop()
+	debug.FreeOSMemory() // whatever earlier tests left free goes back first
+	if f := freeResident(); f >= floor/2 {
+		t.Fatalf("%d MiB free and resident before Prefault; the check below could not fail", f>>20)
+	}
+	select {
+	case <-tu.Prefault():
+	case <-time.After(30 * time.Second):
+		t.Fatal("Prefault did not finish within 30 s")
+	}
+	// A collection while the block was live may have lowered GOGC to the
+	// base; the tuner raises it again after the next one (the block is
+	// garbage, not live heap).
+	if g := waitGOGC(t, func(g int) bool { return g > 100 }); g <= 100 {
+		t.Fatalf("GOGC = %d after Prefault; the floor must still govern", g)
+	}
+	if f := freeResident(); f < floor*3/4 {
+		t.Fatalf("%d MiB free and resident after Prefault of a %d MiB floor; want at least three quarters of it kept", f>>20, floor>>20)
+	}
+}
+
+func TestPrefaultOfAnInactiveTunerDoesNothing(t *testing.T) {
+	tu := Start(0)
+	select {
+	case <-tu.Prefault():
+	default:
+		t.Fatal("Prefault of an inactive tuner did not return a closed channel")
+	}
+}
