@@ -25,6 +25,11 @@
 //     (the heap grows to the floor before its first collection). `tenure
 //     serve` calls it whenever the tuner is active. The cost: a member's
 //     RSS is about the floor higher from the start instead of after its
-//     first seconds of load.
+//     first seconds of load. It helps only those first seconds: once the
+//     process has collected twice, the runtime's scavenger returns free
+//     pages above its own goal (derived from the pages in use), with or
+//     without a prefault. While it runs, the tuner does not count the
+//     touched block as live heap (it would otherwise set the base GOGC,
+//     whose small goal has the runtime return the block at once).
 //   - One tuner per process: GOGC is process-wide.
 package gctune

@@ -44,6 +44,11 @@ type Tuner struct {
 	mu      sync.Mutex
 	stopped bool
 	set     int // the GOGC last set
+	// exclude is the size of the block Prefault holds while it touches
+	// it: a collection then counts it as live, and a tuner that saw a
+	// live heap above the floor would set the base GOGC, whose small goal
+	// makes the runtime return the freed block to the system right after.
+	exclude uint64
 
 	runs atomic.Uint64 // tune calls (tests wait on it)
 }
@@ -120,6 +125,7 @@ func (t *Tuner) tune() bool {
 	if s[0].Value.Kind() == metrics.KindUint64 {
 		live = s[0].Value.Uint64()
 	}
+	live -= min(live, t.exclude)
 	p := Percent(live, t.floor, t.base)
 	// SetGCPercent recomputes the goal at once; skip changes under 1/16
 	// so a live heap that wobbles does not reset it every cycle.
@@ -141,11 +147,11 @@ func (t *Tuner) tune() bool {
 // first use. On a virtual machine where a fault is expensive (about 21 µs
 // measured on the AMD EPYC machines of 2026-12-06), that was 7 faults per
 // lock hand-off per member and 5.8% of the members' CPU for the first ten
-// seconds or so of load; afterwards the heap reuses the same pages. Paying
-// for them at start, off the request path, is what a JVM's AlwaysPreTouch
-// does. The memory would be used anyway under load; the runtime keeps free
-// heap pages up to a tenth above its goal (here the floor) before it
-// returns any to the system, so they stay resident.
+// seconds or so of load. Paying for them at start, off the request path,
+// is what a JVM's AlwaysPreTouch does. It helps only until the process
+// has collected twice: from then on the runtime's scavenger returns free
+// pages above its own goal (derived from the pages in use), and the heap
+// faults them back in at the scavenger's pace, prefaulted or not.
 func (t *Tuner) Prefault() <-chan struct{} {
 	done := make(chan struct{})
 	if !t.Active() {
@@ -154,8 +160,10 @@ func (t *Tuner) Prefault() <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
+		t.setExclude(t.floor)
 		touch(t.floor)
 		runtime.GC() // frees the touched block; its pages stay with the heap
+		t.setExclude(0)
 	}()
 	return done
 }
@@ -170,3 +178,9 @@ func touch(n uint64) {
 }
 
 var pageSize = os.Getpagesize()
+
+func (t *Tuner) setExclude(n uint64) {
+	t.mu.Lock()
+	t.exclude = n
+	t.mu.Unlock()
+}
