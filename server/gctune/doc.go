@@ -28,8 +28,6 @@
 //     first seconds of load. It helps only those first seconds: once the
 //     process has collected twice, the runtime's scavenger returns free
 //     pages above its own goal (derived from the pages in use), with or
-//     without a prefault. While it runs, the tuner does not count the
-//     touched block as live heap (it would otherwise set the base GOGC,
-//     whose small goal has the runtime return the block at once).
+//     without a prefault.
 //   - One tuner per process: GOGC is process-wide.
 package gctune

@@ -44,11 +44,6 @@ type Tuner struct {
 	mu      sync.Mutex
 	stopped bool
 	set     int // the GOGC last set
-	// exclude is the size of the block Prefault holds while it touches
-	// it: a collection then counts it as live, and a tuner that saw a
-	// live heap above the floor would set the base GOGC, whose small goal
-	// makes the runtime return the freed block to the system right after.
-	exclude uint64
 
 	runs atomic.Uint64 // tune calls (tests wait on it)
 }
@@ -125,7 +120,6 @@ func (t *Tuner) tune() bool {
 	if s[0].Value.Kind() == metrics.KindUint64 {
 		live = s[0].Value.Uint64()
 	}
-	live -= min(live, t.exclude)
 	p := Percent(live, t.floor, t.base)
 	// SetGCPercent recomputes the goal at once; skip changes under 1/16
 	// so a live heap that wobbles does not reset it every cycle.
@@ -160,10 +154,11 @@ func (t *Tuner) Prefault() <-chan struct{} {
 	}
 	go func() {
 		defer close(done)
-		t.setExclude(t.floor)
+		// A collection while the block is live may see a heap above the
+		// floor and set the base GOGC; the collection after it frees the
+		// block, and the tuner raises GOGC again.
 		touch(t.floor)
 		runtime.GC() // frees the touched block; its pages stay with the heap
-		t.setExclude(0)
 	}()
 	return done
 }
@@ -178,9 +173,3 @@ func touch(n uint64) {
 }
 
 var pageSize = os.Getpagesize()
-
-func (t *Tuner) setExclude(n uint64) {
-	t.mu.Lock()
-	t.exclude = n
-	t.mu.Unlock()
-}
