@@ -42,8 +42,8 @@ type Locks struct {
 	retryMu  sync.Mutex // orders retries.Add against Close
 	retries  sync.WaitGroup
 	pending  atomic.Int64 // departed waiters' keys whose delete is being retried
-	// workers runs Session requests and acquires' proposals on goroutines
-	// that keep their grown stacks; idle ones exit on Close.
+	// workers runs Session requests on goroutines that keep their grown
+	// stacks; idle ones exit on Close.
 	workers *workers
 }
 
@@ -114,20 +114,33 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	// The acquire's own result comes from this member's apply; the grant
 	// may come first, pushed by the leader (it names this call's request,
 	// Note.ReqID). On a member whose apply lags, waiting for the result
-	// first would hold up the whole queue behind this waiter.
-	type doResult struct {
-		out any
-		err error
+	// first would hold up the whole queue behind this waiter; so the call
+	// waits for both in one select, the proposal started without waiting
+	// (apply.Applier.StartLock). The result must come within the request
+	// timeout, as any proposal's; the grant may take as long as ctx allows.
+	pctx, cancel := l.s.timeout(ctx)
+	defer cancel()
+	call, err := l.startLock(pctx, op, orphaned)
+	if err != nil {
+		return nil, err
 	}
-	resc := make(chan doResult, 1)
-	l.workers.Go(func() {
-		out, err := l.doOrphaning(ctx, op, orphaned)
-		resc <- doResult{out, err}
-	})
+	results := call.C()
+	expired := pctx.Done() // the request timeout, or ctx, ended before the result
 	var (
 		ar   *lock.AcquireResult
 		held []lock.Note // notes that came before the result
 	)
+	// stopWaiting ends the call before its result came: with a proposal's
+	// error, the result goes to orphaned should it apply here later; after
+	// a pushed grant answered the call (err nil), it is of no use.
+	stopWaiting := func(err error) {
+		if err == nil {
+			call.Abandon(nil)
+		} else {
+			call.Abandon(orphaned)
+		}
+		l.s.props.done(err)
+	}
 	// settle judges a note once the result is known; done reports an end.
 	settle := func(n lock.Note) (done bool, err error) {
 		if n.Token != ar.Token {
@@ -145,12 +158,14 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	}
 	for {
 		select {
-		case r := <-resc:
-			resc = nil
-			if r.err != nil {
-				return nil, r.err
+		case res := <-results:
+			results, expired = nil, nil
+			l.s.props.done(res.Err)
+			cancel() // the request timeout bounds the result only
+			if res.Err != nil {
+				return nil, ToGRPC(res.Err)
 			}
-			if ar = r.out.(*lock.AcquireResult); ar.Granted {
+			if ar = res.Lock.(*lock.AcquireResult); ar.Granted {
 				return ar, nil
 			}
 			for _, n := range held {
@@ -163,6 +178,7 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 			if ar == nil {
 				if n.Kind == lock.NoteGranted && n.ReqID == op.ReqID {
 					answered.Store(true)
+					stopWaiting(nil)
 					ar = &lock.AcquireResult{Key: n.Key, Token: n.Token}
 					settle(n)
 					return ar, nil
@@ -175,21 +191,37 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 			if done, err := settle(n); done {
 				return ar, err
 			}
+		case <-expired:
+			// The proposal's answer, as for any proposal; a result that
+			// applies here later is abandoned like any other wait that
+			// gave up.
+			stopWaiting(apply.ErrTimeout)
+			return nil, ToGRPC(apply.ErrTimeout)
 		case <-ctx.Done():
-			if ar == nil {
-				// do ends with ctx too: as when it ran inline, its error
-				// is the answer, and a result that made it first is
-				// abandoned like any other wait that gave up.
-				r := <-resc
-				if r.err != nil {
-					return nil, r.err
-				}
-				ar = r.out.(*lock.AcquireResult)
+			if ar == nil { // expired is ready too
+				stopWaiting(apply.ErrTimeout)
+				return nil, ToGRPC(apply.ErrTimeout)
 			}
 			l.abandon(ar.Key, ar.ModRev)
 			return nil, ToGRPC(ctx.Err())
 		}
 	}
+}
+
+// startLock hands an acquire to raft as doOrphaning does, without waiting
+// for its result: the proposal counts as pending until the caller reports
+// it done (proposalStats.done).
+func (l *Locks) startLock(ctx context.Context, op *lock.Op, onOrphan func(apply.Result)) (*apply.Call, error) {
+	if err := l.s.requireLeader(ctx); err != nil {
+		return nil, err
+	}
+	l.s.props.pending.Add(1)
+	call, err := l.s.cfg.Applier.StartLock(ctx, op, onOrphan)
+	if err != nil {
+		l.s.props.done(err)
+		return nil, ToGRPC(err)
+	}
+	return call, nil
 }
 
 // do proposes a lock op as Server.do proposes an etcd request: it fails

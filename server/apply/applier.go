@@ -241,30 +241,64 @@ func (a *Applier) propose(ctx context.Context, id uint64, data []byte) Result {
 // entry was handed to raft and onOrphan is set, the entry's result, if it
 // is ever applied here, goes to onOrphan (on a goroutine of its own).
 func (a *Applier) proposeOrphaning(ctx context.Context, id uint64, data []byte, onOrphan func(Result)) Result {
-	if a.maxReq > 0 && len(data) > a.maxReq+64 {
-		return Result{Err: ErrRequestTooLarge}
-	}
-	ch := a.expect(id)
-	if err := a.node.Propose(ctx, data); err != nil {
-		if onOrphan != nil && ctx.Err() != nil {
-			a.orphan(id, ch, onOrphan) // a leader's buffered proposal still goes to raft
-		} else {
-			a.forget(id)
-		}
+	c, err := a.start(ctx, id, data, onOrphan)
+	if err != nil {
 		return Result{Err: err}
 	}
 	select {
-	case res := <-ch:
+	case res := <-c.ch:
 		a.forget(id)
 		return res
 	case <-ctx.Done():
-		if onOrphan == nil {
-			a.forget(id)
-		} else {
-			a.orphan(id, ch, onOrphan)
-		}
+		c.Abandon(onOrphan)
 		return Result{Err: ErrTimeout}
 	}
+}
+
+// Call is a proposal handed to raft whose result its caller awaits on C,
+// in a select of its own (StartLock). A lock acquire waits for its result
+// and for its grant at once, whichever comes first; a goroutine per acquire
+// blocked in the proposal cost a member two goroutine wake-ups per acquire
+// (the goroutine's start and its answer), each a thread wake-up whenever
+// the member had an idle P.
+type Call struct {
+	a  *Applier
+	id uint64
+	ch chan Result
+}
+
+// C delivers the call's result, once.
+func (c *Call) C() <-chan Result { return c.ch }
+
+// Abandon is for a caller that stops waiting before its result came: the
+// result, should the entry apply here later, goes to onOrphan (on a
+// goroutine of its own) when set, and is dropped otherwise. A caller that
+// took its result from C need not call it.
+func (c *Call) Abandon(onOrphan func(Result)) {
+	if onOrphan == nil {
+		c.a.forget(c.id)
+		return
+	}
+	c.a.orphan(c.id, c.ch, onOrphan)
+}
+
+// start registers id's result and hands data to raft. When the proposal
+// fails because ctx ended, a leader may still have buffered it for raft,
+// so its result goes to onOrphan (when set) as for an abandoned call.
+func (a *Applier) start(ctx context.Context, id uint64, data []byte, onOrphan func(Result)) (*Call, error) {
+	if a.maxReq > 0 && len(data) > a.maxReq+64 {
+		return nil, ErrRequestTooLarge
+	}
+	c := &Call{a: a, id: id, ch: a.expect(id)}
+	if err := a.node.Propose(ctx, data); err != nil {
+		if onOrphan != nil && ctx.Err() != nil {
+			c.Abandon(onOrphan)
+		} else {
+			a.forget(id)
+		}
+		return nil, err
+	}
+	return c, nil
 }
 
 // Orphaned results are kept for at most this many requests, this long.
@@ -319,11 +353,27 @@ func (a *Applier) DoLock(ctx context.Context, op *lock.Op) Result {
 // leave the queue once its key is written (lock.Machine's contract), and
 // only the result knows the key's mod revision.
 func (a *Applier) DoLockOrphaned(ctx context.Context, op *lock.Op, onOrphan func(Result)) Result {
+	id := a.lockRequest(op) // before Marshal: the id and origin travel in the entry
+	return a.proposeOrphaning(ctx, id, append([]byte{KindLock}, op.Marshal()...), onOrphan)
+}
+
+// StartLock hands a native lock operation to raft and returns at once; its
+// result comes on the Call's C. ctx bounds the proposal only (a member
+// without a leader waits for one within it); a caller that stops waiting
+// calls Abandon, with onOrphan as for DoLockOrphaned.
+func (a *Applier) StartLock(ctx context.Context, op *lock.Op, onOrphan func(Result)) (*Call, error) {
+	id := a.lockRequest(op)
+	return a.start(ctx, id, append([]byte{KindLock}, op.Marshal()...), onOrphan)
+}
+
+// lockRequest gives op its request id (unless it has one) and this member
+// as its origin, and returns the id.
+func (a *Applier) lockRequest(op *lock.Op) uint64 {
 	if op.ReqID == 0 {
 		op.ReqID = a.nextID()
 	}
 	op.Origin = a.node.ID() // where the result and any grant are awaited (SetResultPusher, lock.Machine.SetGrantHook)
-	return a.proposeOrphaning(ctx, op.ReqID, append([]byte{KindLock}, op.Marshal()...), onOrphan)
+	return op.ReqID
 }
 
 // Deferrable implements raftnode.ProposalDeferrer: a lock acquire (not a

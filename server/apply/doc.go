@@ -25,6 +25,11 @@
 // clock or a random source, or iterates a map, so every member computes the
 // same state from the same log.
 //
+// Proposers either wait (Do, DoLock, Renew) or take a Call (StartLock) and
+// wait on its channel in a select of their own; a caller that stops waiting
+// Abandons it, and an acquire's result that applies later still reaches its
+// orphan handler, so an abandoned waiter's key leaves the queue.
+//
 // Alarms (alarm.go): an AlarmRequest in a KindEtcd entry raises or clears an
 // alarm; the set is state-machine data (PrefixMeta 'A' keys), so it is the
 // same on every member, survives restarts and travels in snapshots. While
