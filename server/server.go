@@ -28,6 +28,7 @@ import (
 	"github.com/tenure-io/tenure/server/lease"
 	"github.com/tenure-io/tenure/server/lock"
 	"github.com/tenure-io/tenure/server/mvcc"
+	"github.com/tenure-io/tenure/server/procs"
 	"github.com/tenure-io/tenure/server/raftnode"
 	"github.com/tenure-io/tenure/server/storage"
 	"github.com/tenure-io/tenure/server/watch"
@@ -136,6 +137,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	hub := watch.NewHub(kv, watch.HubConfig{
 		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
 		MaxResponseBytes:       cfg.MaxRequestBytes,
+		OnWideFanOut:           procs.Boost, // a no-op unless tenure serve runs the controller
 	}, lg)
 	closers = append(closers, hub.Close)
 	ap := apply.New(apply.Config{KV: kv, Lessor: lessor, Hub: hub, DB: db, MaxRequestBytes: cfg.MaxRequestBytes, Logger: lg, Locks: locks})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenure-io/tenure/server"
 	"github.com/tenure-io/tenure/server/gctune"
+	"github.com/tenure-io/tenure/server/procs"
 )
 
 // urlList is a comma-separated list flag. Each Set replaces the whole list
@@ -52,6 +53,7 @@ type serveFlags struct {
 	heartbeatMs int64
 	electionMs  int64
 	gcMinHeap   int64 // --gc-min-heap-bytes: a process setting, not the server's
+	adaptProcs  bool  // --adaptive-procs: a process setting too
 }
 
 // defaultGCMinHeap is --gc-min-heap-bytes' default. On the project's
@@ -91,6 +93,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.DurationVar(&c.ThriftyReplication, "thrifty-replication", c.ThriftyReplication, "hold the leader's appends to followers no commit needs (none with watchers or clients writing or reading linearizably through them) for up to this long and send them merged (0 = off; at most 50ms); a held follower's serializable reads lag by up to this much")
 	o.gcMinHeap = defaultGCMinHeap
 	fs.Int64Var(&o.gcMinHeap, "gc-min-heap-bytes", o.gcMinHeap, "keep the Go garbage collector's heap goal at least this many bytes while the live heap is smaller (0 = off; also off when GOGC is set in the environment, which then governs alone)")
+	o.adaptProcs = true
+	fs.BoolVar(&o.adaptProcs, "adaptive-procs", o.adaptProcs, "run the Go scheduler on one processor while the member is lightly loaded and on all of them once it is busy (off also when GOMAXPROCS is set in the environment, which then governs alone)")
 	fs.BoolVar(&c.EnablePprof, "enable-pprof", c.EnablePprof, "serve runtime profiling data at /debug/pprof/ on the client URLs")
 	fs.StringVar(&c.ClientTLS.CertFile, "cert-file", "", "path to the client server TLS cert file (needed for https:// client URLs)")
 	fs.StringVar(&c.ClientTLS.KeyFile, "key-file", "", "path to the client server TLS key file")
@@ -199,6 +203,23 @@ func prefaultGCFloor(t *gctune.Tuner, lg *slog.Logger) {
 	}()
 }
 
+// startProcs starts the processor-count controller (--adaptive-procs)
+// unless it is off or the operator chose GOMAXPROCS in the environment.
+func startProcs(enabled bool, env func(string) string, lg *slog.Logger) *procs.Controller {
+	if !enabled {
+		return procs.Start(procs.Config{Max: 1})
+	}
+	if n := env("GOMAXPROCS"); n != "" {
+		lg.Info("GOMAXPROCS is set in the environment; --adaptive-procs is not applied", "gomaxprocs", n)
+		return procs.Start(procs.Config{Max: 1})
+	}
+	c := procs.Start(procs.Config{Logger: lg})
+	if c.Active() {
+		lg.Info("GOMAXPROCS adapts to load (--adaptive-procs)", "max", c.Max())
+	}
+	return c
+}
+
 func newServeCmd(a *app) *cobra.Command {
 	var o *serveFlags
 	cmd := &cobra.Command{
@@ -242,6 +263,8 @@ func newServeCmd(a *app) *cobra.Command {
 			tuner := startGCTuner(o.gcMinHeap, a.env, lg)
 			defer tuner.Stop()
 			prefaultGCFloor(tuner, lg)
+			pc := startProcs(o.adaptProcs, a.env, lg)
+			defer pc.Stop()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			if err := server.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {

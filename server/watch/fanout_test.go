@@ -107,3 +107,29 @@ func TestManyWatchersOneStream(t *testing.T) {
 		}
 	}
 }
+
+// A revision handed to at least WideFanOut watchers calls OnWideFanOut
+// first (tenure serve raises GOMAXPROCS there); a narrower one does not.
+func TestWideFanOutCallsItsHook(t *testing.T) {
+	src := newFakeSource()
+	calls := 0
+	h := NewHub(src, HubConfig{WideFanOut: 50, OnWideFanOut: func() { calls++ }}, testLogger(t))
+	defer h.Close()
+	st := newTestStream(h)
+	for range 49 {
+		h.create(st, createReq("wide", "", 0))
+	}
+	h.create(st, createReq("narrow", "", 0))
+	drain(h, st)
+	write(src, h, put("wide", "1"))
+	write(src, h, put("narrow", "1"))
+	if calls != 0 {
+		t.Fatalf("hook called %d times for revisions to 49 and 1 watchers, want 0 (WideFanOut 50)", calls)
+	}
+	h.create(st, createReq("wide", "", 0))
+	drain(h, st)
+	write(src, h, put("wide", "2"))
+	if calls != 1 {
+		t.Fatalf("hook called %d times for a revision to 50 watchers, want 1", calls)
+	}
+}

@@ -71,6 +71,13 @@ type HubConfig struct {
 	HasLeader func() bool
 	// LeaderCheckInterval: see HasLeader. Default 1s.
 	LeaderCheckInterval time.Duration
+	// OnWideFanOut, if set, is called (under the hub's lock, so it must not
+	// call the hub) before a revision's events are handed to at least
+	// WideFanOut watchers: the stream senders about to encode and write
+	// them are work for every core (tenure serve: procs.Boost).
+	OnWideFanOut func()
+	// WideFanOut: see OnWideFanOut. Default 256.
+	WideFanOut int
 }
 
 // Validate reports every invalid field.
@@ -94,6 +101,9 @@ func (c HubConfig) Validate() error {
 	if c.LeaderCheckInterval < 0 {
 		errs = append(errs, fmt.Errorf("watch: HubConfig.LeaderCheckInterval must be >= 0, got %v", c.LeaderCheckInterval))
 	}
+	if c.WideFanOut < 0 {
+		errs = append(errs, fmt.Errorf("watch: HubConfig.WideFanOut must be >= 0, got %d", c.WideFanOut))
+	}
 	return errors.Join(errs...)
 }
 
@@ -106,6 +116,9 @@ func (c HubConfig) withDefaults() HubConfig {
 	}
 	if c.ChanSize <= 0 {
 		c.ChanSize = 128
+	}
+	if c.WideFanOut <= 0 {
+		c.WideFanOut = 256
 	}
 	if c.CatchUpBatch <= 0 {
 		c.CatchUpBatch = 1000
@@ -349,6 +362,9 @@ func (h *Hub) Notify(rev int64, events []*mvccpb.Event) {
 		if h.rangeW.n > 0 {
 			h.rangeW.stab(ev.Kv.Key, func(w *watcher) { add(w, i) })
 		}
+	}
+	if len(touched) >= h.cfg.WideFanOut && h.cfg.OnWideFanOut != nil {
+		h.cfg.OnWideFanOut()
 	}
 	// Group the responses by stream; watchers with the same events (all the
 	// watchers of one key, usually) share one Events slice.
