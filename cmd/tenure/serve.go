@@ -190,17 +190,29 @@ func startGCTuner(floor int64, env func(string) string, lg *slog.Logger) *gctune
 
 // prefaultGCFloor touches the floor's heap memory in the background
 // (gctune.Tuner.Prefault), so the first seconds of load do not pay a page
-// fault for each new page of heap; the member serves meanwhile.
-func prefaultGCFloor(t *gctune.Tuner, lg *slog.Logger) {
+// fault for each new page of heap; the member serves meanwhile. The
+// returned func ends the wait for its log line and returns once nothing
+// logs any more: serve calls it before it returns, since its caller may
+// reuse the log's writer (tests read it).
+func prefaultGCFloor(t *gctune.Tuner, lg *slog.Logger) (stopReporting func()) {
 	if !t.Active() {
-		return
+		return func() {}
 	}
 	start := time.Now()
 	done := t.Prefault()
+	stop, exited := make(chan struct{}), make(chan struct{})
 	go func() {
-		<-done
-		lg.Info("garbage collector heap floor prefaulted", "took", time.Since(start).Round(time.Millisecond).String())
+		defer close(exited)
+		select {
+		case <-done:
+			lg.Info("garbage collector heap floor prefaulted", "took", time.Since(start).Round(time.Millisecond).String())
+		case <-stop:
+		}
 	}()
+	return func() {
+		close(stop)
+		<-exited
+	}
 }
 
 // startProcs starts the processor-count controller (--adaptive-procs)
@@ -262,7 +274,7 @@ func newServeCmd(a *app) *cobra.Command {
 			}
 			tuner := startGCTuner(o.gcMinHeap, a.env, lg)
 			defer tuner.Stop()
-			prefaultGCFloor(tuner, lg)
+			defer prefaultGCFloor(tuner, lg)()
 			pc := startProcs(o.adaptProcs, a.env, lg)
 			defer pc.Stop()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
