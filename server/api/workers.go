@@ -8,12 +8,11 @@ const DefaultMaxIdleWorkers = 256
 
 // workers runs functions on goroutines that outlive them. A lock call's
 // goroutine (each Session request) grows its stack through the proposal
-// and storage call chain, and a fresh goroutine per
-// call paid for that growth every time: runtime.newstack and copystack
-// were 4.3% of the members' CPU with 50 Session clients on 50 locks
-// (2.5% on one lock). A finished function's goroutine waits for the next
-// one, with the stack it grew, unless maxIdle others already wait; it
-// exits when done is closed. gRPC's handler pool (grpc.NumStreamWorkers,
+// and storage call chain, and a fresh goroutine per call paid for that
+// growth every time: runtime.newstack and copystack were 4.3% of the
+// members' CPU with 50 Session clients on 50 locks (2.5% on one lock). A
+// finished function's goroutine waits for the next one, with the stack it
+// grew, unless maxIdle others already wait; it exits when done is closed. gRPC's handler pool (grpc.NumStreamWorkers,
 // server.streamWorkers) does the same for unary calls.
 //
 // Go never blocks: with no idle worker it starts a goroutine, so a burst
