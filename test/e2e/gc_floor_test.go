@@ -21,12 +21,7 @@ func TestServeKeepsTheGCHeapGoalFloor(t *testing.T) {
 	gogc := func(opts cluster.Options) float64 {
 		t.Helper()
 		opts.Size = 1
-		c := start(t, opts)
-		v, ok := scrape(t, c.DirectEndpoint(0)+"/metrics")["go_gc_gogc_percent"]
-		if !ok {
-			t.Fatal("go_gc_gogc_percent missing from /metrics")
-		}
-		return v
+		return memberMetric(t, start(t, opts), 0, "go_gc_gogc_percent")
 	}
 	// The tuner sets GOGC when it starts, before the member serves, so the
 	// first scrape already sees it. A 64 MiB goal over a live heap of a few

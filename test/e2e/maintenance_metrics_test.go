@@ -18,6 +18,17 @@ import (
 	"github.com/tenure-io/tenure/test/cluster"
 )
 
+// memberMetric reads one metric from member i's /metrics; it fails the test
+// when the member does not export it.
+func memberMetric(t *testing.T, c *cluster.Cluster, i int, name string) float64 {
+	t.Helper()
+	v, ok := scrape(t, c.DirectEndpoint(i)+"/metrics")[name]
+	if !ok {
+		t.Fatalf("%s missing from /metrics", name)
+	}
+	return v
+}
+
 // scrape fetches url's Prometheus text and sums each metric over its labels.
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()

@@ -23,11 +23,7 @@ func TestServeAdaptsGOMAXPROCSToLoad(t *testing.T) {
 	}
 	procs := func(c *cluster.Cluster) float64 {
 		t.Helper()
-		v, ok := scrape(t, c.DirectEndpoint(0)+"/metrics")["go_sched_gomaxprocs_threads"]
-		if !ok {
-			t.Fatal("go_sched_gomaxprocs_threads missing from /metrics")
-		}
-		return v
+		return memberMetric(t, c, 0, "go_sched_gomaxprocs_threads")
 	}
 	c := start(t, cluster.Options{Size: 1})
 	// The controller lowers after two seconds of low load (procs.DefaultLowerWindow).
