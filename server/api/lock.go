@@ -124,23 +124,14 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	if err != nil {
 		return nil, err
 	}
-	results := call.C()
-	expired := pctx.Done() // the request timeout, or ctx, ended before the result
+	// Before the result, expired (the request timeout, or ctx) ends the
+	// wait; after it, only ctx does (gone).
+	results, expired := call.C(), pctx.Done()
 	var (
+		gone <-chan struct{}
 		ar   *lock.AcquireResult
 		held []lock.Note // notes that came before the result
 	)
-	// stopWaiting ends the call before its result came: with a proposal's
-	// error, the result goes to orphaned should it apply here later; after
-	// a pushed grant answered the call (err nil), it is of no use.
-	stopWaiting := func(err error) {
-		if err == nil {
-			call.Abandon(nil)
-		} else {
-			call.Abandon(orphaned)
-		}
-		l.s.props.done(err)
-	}
 	// settle judges a note once the result is known; done reports an end.
 	settle := func(n lock.Note) (done bool, err error) {
 		if n.Token != ar.Token {
@@ -159,7 +150,7 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 	for {
 		select {
 		case res := <-results:
-			results, expired = nil, nil
+			results, expired, gone = nil, nil, ctx.Done()
 			l.s.props.done(res.Err)
 			cancel() // the request timeout bounds the result only
 			if res.Err != nil {
@@ -178,7 +169,8 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 			if ar == nil {
 				if n.Kind == lock.NoteGranted && n.ReqID == op.ReqID {
 					answered.Store(true)
-					stopWaiting(nil)
+					call.Abandon(nil) // the result is of no use now
+					l.s.props.done(nil)
 					ar = &lock.AcquireResult{Key: n.Key, Token: n.Token}
 					settle(n)
 					return ar, nil
@@ -195,13 +187,10 @@ func (l *Locks) acquire(ctx context.Context, name []byte, lease int64, value []b
 			// The proposal's answer, as for any proposal; a result that
 			// applies here later is abandoned like any other wait that
 			// gave up.
-			stopWaiting(apply.ErrTimeout)
+			call.Abandon(orphaned)
+			l.s.props.done(apply.ErrTimeout)
 			return nil, ToGRPC(apply.ErrTimeout)
-		case <-ctx.Done():
-			if ar == nil { // expired is ready too
-				stopWaiting(apply.ErrTimeout)
-				return nil, ToGRPC(apply.ErrTimeout)
-			}
+		case <-gone:
 			l.abandon(ar.Key, ar.ModRev)
 			return nil, ToGRPC(ctx.Err())
 		}

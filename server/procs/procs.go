@@ -42,9 +42,9 @@ type Controller struct {
 	procs  int
 	raises uint64
 	lowers uint64
-	// lastBoost is when Boost last asked for Max (unix nanoseconds): no
-	// lowering within a window of it.
-	lastBoost atomic.Int64
+	// lastBoost is when Boost last asked for Max: no lowering within a
+	// window of it.
+	lastBoost time.Time
 
 	// the loop's own state (step)
 	window    []sample // oldest first; window[0] at or before now-LowerWindow once full
@@ -82,12 +82,15 @@ func Boost() {
 	}
 }
 
+// boost takes c.mu even at Max (an uncontended lock per wide revision),
+// so a lowering is decided either before it (and undone here) or after it
+// (and seeing this lastBoost).
 func (c *Controller) boost(now time.Time) {
-	c.lastBoost.Store(now.UnixNano())
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lastBoost = now
 	if c.procs < c.cfg.Max {
-		c.change(c.cfg.Max, "raised for a burst", 0)
+		c.change(c.cfg.Max, "raised for a burst", -1)
 		c.raises++
 	}
 }
@@ -190,14 +193,15 @@ func (c *Controller) step(now time.Time, cpu time.Duration) {
 		c.raises++
 		c.lastRaise = now
 	case c.procs == c.cfg.Max && now.Sub(c.lastRaise) >= c.cfg.LowerWindow &&
-		now.Sub(time.Unix(0, c.lastBoost.Load())) >= c.cfg.LowerWindow &&
+		now.Sub(c.lastBoost) >= c.cfg.LowerWindow &&
 		now.Sub(c.window[0].at) >= c.cfg.LowerWindow && cores(c.window[0], cur) < c.cfg.LowerBelow:
 		c.change(1, "lowered", cores(c.window[0], cur))
 		c.lowers++
 	}
 }
 
-// change sets n processors; under c.mu.
+// change sets n processors; under c.mu. used is the cores that decided it
+// (-1: a Boost, not a measurement).
 func (c *Controller) change(n int, what string, used float64) {
 	c.procs = n
 	c.set(n)
