@@ -10,7 +10,7 @@ import (
 
 func TestParseServeGCMinHeapFlag(t *testing.T) {
 	base := []string{"--name=a", "--initial-advertise-peer-urls=http://10.0.0.1:2380"}
-	env := func(string) string { return "" }
+	env := mapEnv(nil)
 
 	o, _, _, err := parseServeFlags(base, env)
 	if err != nil || o.gcMinHeap != 64<<20 {
@@ -20,12 +20,7 @@ func TestParseServeGCMinHeapFlag(t *testing.T) {
 	if err != nil || o.gcMinHeap != 0 {
 		t.Fatalf("0: --gc-min-heap-bytes %d err %v, want 0", o.gcMinHeap, err)
 	}
-	o, _, _, err = parseServeFlags(base, func(k string) string {
-		if k == "TENURE_GC_MIN_HEAP_BYTES" {
-			return "1048576"
-		}
-		return ""
-	})
+	o, _, _, err = parseServeFlags(base, mapEnv(map[string]string{"TENURE_GC_MIN_HEAP_BYTES": "1048576"}))
 	if err != nil || o.gcMinHeap != 1<<20 {
 		t.Fatalf("TENURE_GC_MIN_HEAP_BYTES=1048576: --gc-min-heap-bytes %d err %v", o.gcMinHeap, err)
 	}

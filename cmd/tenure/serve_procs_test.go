@@ -9,7 +9,7 @@ import (
 
 func TestParseServeAdaptiveProcsFlag(t *testing.T) {
 	base := []string{"--name=a", "--initial-advertise-peer-urls=http://10.0.0.1:2380"}
-	env := func(string) string { return "" }
+	env := mapEnv(nil)
 
 	o, _, _, err := parseServeFlags(base, env)
 	if err != nil || !o.adaptProcs {
@@ -19,12 +19,7 @@ func TestParseServeAdaptiveProcsFlag(t *testing.T) {
 	if err != nil || o.adaptProcs {
 		t.Fatalf("--adaptive-procs=false: %v err %v, want off", o.adaptProcs, err)
 	}
-	o, _, _, err = parseServeFlags(base, func(k string) string {
-		if k == "TENURE_ADAPTIVE_PROCS" {
-			return "false"
-		}
-		return ""
-	})
+	o, _, _, err = parseServeFlags(base, mapEnv(map[string]string{"TENURE_ADAPTIVE_PROCS": "false"}))
 	if err != nil || o.adaptProcs {
 		t.Fatalf("TENURE_ADAPTIVE_PROCS=false: %v err %v, want off", o.adaptProcs, err)
 	}
@@ -37,23 +32,18 @@ func TestStartProcsDefersToGOMAXPROCSInTheEnvironment(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(before)
 
-	c := startProcs(true, func(k string) string {
-		if k == "GOMAXPROCS" {
-			return "2"
-		}
-		return ""
-	}, lg)
+	c := startProcs(true, mapEnv(map[string]string{"GOMAXPROCS": "2"}), lg)
 	c.Stop()
 	if c.Active() {
 		t.Fatal("controller active with GOMAXPROCS set in the environment; the operator's value must govern")
 	}
-	c = startProcs(false, func(string) string { return "" }, lg)
+	c = startProcs(false, mapEnv(nil), lg)
 	c.Stop()
 	if c.Active() {
 		t.Fatal("controller active with --adaptive-procs=false")
 	}
 	runtime.GOMAXPROCS(2)
-	c = startProcs(true, func(string) string { return "" }, lg)
+	c = startProcs(true, mapEnv(nil), lg)
 	defer c.Stop()
 	if !c.Active() || c.Max() != 2 {
 		t.Fatalf("controller active %v, max %d by default with GOMAXPROCS 2, want active and 2", c.Active(), c.Max())

@@ -12,8 +12,9 @@ const DefaultMaxIdleWorkers = 256
 // growth every time: runtime.newstack and copystack were 4.3% of the
 // members' CPU with 50 Session clients on 50 locks (2.5% on one lock). A
 // finished function's goroutine waits for the next one, with the stack it
-// grew, unless maxIdle others already wait; it exits when done is closed. gRPC's handler pool (grpc.NumStreamWorkers,
-// server.streamWorkers) does the same for unary calls.
+// grew, unless maxIdle others already wait; it exits when done is closed.
+// gRPC's handler pool (grpc.NumStreamWorkers, server.streamWorkers) does
+// the same for unary calls.
 //
 // Go never blocks: with no idle worker it starts a goroutine, so a burst
 // of calls that wait (50 lock waiters) is never queued behind another.

@@ -42,13 +42,12 @@ type Controller struct {
 	procs  int
 	raises uint64
 	lowers uint64
-	// lastBoost is when Boost last asked for Max: no lowering within a
-	// window of it.
-	lastBoost time.Time
+	// held is when Max was last asked for (a busy tick, a Boost, or the
+	// first sample): no lowering within a window of it.
+	held time.Time
 
 	// the loop's own state (step)
-	window    []sample // oldest first; window[0] at or before now-LowerWindow once full
-	lastRaise time.Time
+	window []sample // oldest first; window[0] at or before now-LowerWindow once full
 }
 
 type sample struct {
@@ -75,7 +74,8 @@ func Start(cfg Config) *Controller {
 // at once — a watch revision fanned out to hundreds of watchers — and that
 // a tick's worth of CPU sampling would see only after the fact: the running
 // controller (if any) raises to Max now, and does not lower within a
-// window. With Max already set it costs a clock read and an atomic store.
+// window. With Max already set it costs a clock read and an uncontended
+// lock.
 func Boost() {
 	if c := running.Load(); c != nil {
 		c.boost(time.Now())
@@ -84,11 +84,11 @@ func Boost() {
 
 // boost takes c.mu even at Max (an uncontended lock per wide revision),
 // so a lowering is decided either before it (and undone here) or after it
-// (and seeing this lastBoost).
+// (and seeing this hold).
 func (c *Controller) boost(now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.lastBoost = now
+	c.held = now
 	if c.procs < c.cfg.Max {
 		c.change(c.cfg.Max, "raised for a burst", -1)
 		c.raises++
@@ -175,9 +175,11 @@ func (c *Controller) step(now time.Time, cpu time.Duration) {
 		return
 	}
 	cur := sample{at: now, cpu: cpu}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.window) == 0 {
 		c.window = append(c.window, cur)
-		c.lastRaise = now // no lowering within the first window either
+		c.held = now // no lowering within the first window either
 		return
 	}
 	prev := c.window[len(c.window)-1]
@@ -185,15 +187,12 @@ func (c *Controller) step(now time.Time, cpu time.Duration) {
 	for len(c.window) > 2 && !c.window[1].at.After(now.Add(-c.cfg.LowerWindow)) {
 		c.window = c.window[1:]
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	switch {
 	case c.procs < c.cfg.Max && cores(prev, cur) >= c.cfg.RaiseAbove:
 		c.change(c.cfg.Max, "raised", cores(prev, cur))
 		c.raises++
-		c.lastRaise = now
-	case c.procs == c.cfg.Max && now.Sub(c.lastRaise) >= c.cfg.LowerWindow &&
-		now.Sub(c.lastBoost) >= c.cfg.LowerWindow &&
+		c.held = now
+	case c.procs == c.cfg.Max && now.Sub(c.held) >= c.cfg.LowerWindow &&
 		now.Sub(c.window[0].at) >= c.cfg.LowerWindow && cores(c.window[0], cur) < c.cfg.LowerBelow:
 		c.change(1, "lowered", cores(c.window[0], cur))
 		c.lowers++

@@ -148,7 +148,8 @@ func TestBoostRaisesAtOnceAndHolds(t *testing.T) {
 func TestBoostReachesTheRunningController(t *testing.T) {
 	before := runtime.GOMAXPROCS(0)
 	defer runtime.GOMAXPROCS(before)
-	c := Start(Config{Max: 2, Tick: time.Millisecond, LowerWindow: 5 * time.Millisecond, LowerBelow: 1000})
+	// RaiseAbove out of reach: no tick raises, so a raise is Boost's.
+	c := Start(Config{Max: 2, Tick: time.Millisecond, LowerWindow: 5 * time.Millisecond, LowerBelow: 1000, RaiseAbove: 1000})
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Procs() != 1 {
 		if time.Now().After(deadline) {
@@ -157,8 +158,8 @@ func TestBoostReachesTheRunningController(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	Boost()
-	if raises, _ := c.Changes(); raises < 1 {
-		t.Fatal("Boost did not raise the running controller")
+	if raises, _ := c.Changes(); raises != 1 {
+		t.Fatalf("%d raises after Boost, want 1: Boost did not raise the running controller", raises)
 	}
 	c.Stop()
 	if running.Load() != nil {
