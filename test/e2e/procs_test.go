@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"runtime"
 	"testing"
@@ -15,9 +16,10 @@ import (
 // TestServeAdaptsGOMAXPROCSToLoad: `tenure serve` runs an idle member on
 // one processor (--adaptive-procs, server/procs) within a few seconds of
 // start, goes back to all of them for a wide watch fan-out, and keeps every
-// processor with the flag off or GOMAXPROCS set in the environment. Read from the member's own /metrics
-// (go_sched_gomaxprocs_threads), so the test fails if the process stops
-// starting the controller, whatever the unit tests say.
+// processor with the flag off or GOMAXPROCS set in the environment. Read
+// from the member's own /metrics (go_sched_gomaxprocs_threads), so the test
+// fails if the process stops starting the controller, whatever the unit
+// tests say.
 func TestServeAdaptsGOMAXPROCSToLoad(t *testing.T) {
 	if cluster.TargetFromEnv(t) != cluster.Tenure {
 		t.Skip("a tenure process setting")
@@ -38,13 +40,12 @@ func TestServeAdaptsGOMAXPROCSToLoad(t *testing.T) {
 	// The controller lowers after two seconds of low load (procs.DefaultLowerWindow).
 	waitProcs := func(want float64, within time.Duration, what string) {
 		t.Helper()
-		deadline := time.Now().Add(within)
-		for procs(c) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("GOMAXPROCS %v %v after %s; want %v", procs(c), within, what, want)
+		eventually(t, within, fmt.Sprintf("GOMAXPROCS %v after %s", want, what), func() error {
+			if p := procs(c); p != want {
+				return fmt.Errorf("GOMAXPROCS %v", p)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	waitProcs(1, 10*time.Second, "an idle member started")
 
