@@ -11,9 +11,14 @@
 //     after the release is applied (for etcd's Mutex recipe: its watch event
 //     and its linearizable re-read),
 //
-// and the Lock/Unlock RPC latencies. -api native drives tenure.v1 Locks
-// (Tenure only); -api v3lock drives etcd's v3lock service and -api mutex
-// clientv3's concurrency.Mutex (any etcd-compatible server).
+// and the Lock/Unlock RPC latencies. With -api session, where a client's
+// stream stays on one member and each Lock answer names it, the hand-offs
+// are also split by where the previous owner and the next one were
+// connected (the leader or a follower, as the leader was at the end of the
+// run): what forwarding a release to the leader and pushing a grant back to
+// a follower add. -api native drives tenure.v1 Locks (Tenure only); -api
+// v3lock drives etcd's v3lock service and -api mutex clientv3's
+// concurrency.Mutex (any etcd-compatible server).
 //
 //	go run ./cmd/handoff-probe -endpoints 127.0.0.1:2379 -clients 50 -duration 6s
 //
@@ -26,6 +31,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -75,6 +81,7 @@ func main() {
 		mu                 sync.Mutex
 		events             []event
 		lockLat, unlockLat []time.Duration
+		memberOf           = make([]uint64, *clients) // the member serving each client (0: unknown)
 	)
 	record := func(granted bool, client int) {
 		now := time.Now()
@@ -156,6 +163,7 @@ func main() {
 				r, err := call(&tenurev1.SessionRequest{Op: &tenurev1.SessionRequest_Lock{Lock: &tenurev1.LockRequest{Name: []byte(lockName), Lease: int64(s.Lease())}}})
 				if err == nil {
 					token = r.GetLock().GetToken()
+					memberOf[i] = r.GetLock().GetHeader().GetMemberId() // a stream stays on one member
 				}
 				return err
 			}
@@ -209,6 +217,17 @@ func main() {
 	}
 
 	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
+	leader := leaderID(conns[0], strings.Split(*endpoints, ","))
+	placement := func(client int) string {
+		switch memberOf[client] {
+		case 0:
+			return "?"
+		case leader:
+			return "leader"
+		}
+		return "follower"
+	}
+	byPlacement := map[string][]time.Duration{}
 	var handoff, toUnlock, toNext []time.Duration
 	var lastGrant, lastUnlock time.Time
 	owner := -1
@@ -217,6 +236,8 @@ func main() {
 		case e.granted:
 			if !lastGrant.IsZero() {
 				handoff = append(handoff, e.at.Sub(lastGrant))
+				k := "handoff " + placement(owner) + " -> " + placement(e.client)
+				byPlacement[k] = append(byPlacement[k], e.at.Sub(lastGrant))
 				if !lastUnlock.IsZero() {
 					toNext = append(toNext, e.at.Sub(lastUnlock))
 				}
@@ -233,6 +254,25 @@ func main() {
 	show("unlock returned -> next grant", toNext)
 	show("Lock call", lockLat)
 	show("Unlock call", unlockLat)
+	if leader != 0 && *api == "session" {
+		for _, k := range slices.Sorted(maps.Keys(byPlacement)) {
+			show(k, byPlacement[k])
+		}
+	}
+}
+
+// leaderID asks each endpoint for its status and returns the leader's member
+// ID, or 0 when none answers.
+func leaderID(c *clientv3.Client, endpoints []string) uint64 {
+	for _, ep := range endpoints {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st, err := c.Status(ctx, ep)
+		cancel()
+		if err == nil && st.Leader != 0 {
+			return st.Leader
+		}
+	}
+	return 0
 }
 
 func show(what string, d []time.Duration) {
