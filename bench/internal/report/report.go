@@ -65,11 +65,7 @@ func Median(rs []suite.Result) (m suite.Result, ok bool) {
 		for i, r := range rs {
 			v[i] = get(r)
 		}
-		sort.Float64s(v)
-		if len(v)%2 == 1 {
-			return v[len(v)/2]
-		}
-		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+		return medianOf(v)
 	}
 	m.RPS = f(func(r suite.Result) float64 { return r.RPS })
 	m.P50 = time.Duration(f(func(r suite.Result) float64 { return float64(r.P50) }))
@@ -138,6 +134,7 @@ func (r *Run) Markdown(chartDir string) string {
 			}
 			w("| %s | %.0f | %s | %s | %d | %s | %s | %s |\n", sl.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs, rr, rp)
 		}
+		r.pairedRatios(&b, sr, []string{r.refLabel()})
 		w("\nIndividual runs (req/s / p50 ms [load average before the run]):")
 		for _, sl := range sr.Rows {
 			var parts []string
@@ -244,6 +241,7 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 		}
 		w("\n")
 	}
+	r.pairedRatios(b, sr, refRow)
 	w("\nIndividual runs (%s / p50 ms / p99 ms [load average before the run]):", unit)
 	for _, row := range sr.Rows {
 		var parts []string
@@ -288,6 +286,73 @@ func oneLine(s string, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
+}
+
+// pairedRatios writes, for each row of the system under test, its ratio to
+// each reference repetition by repetition, with the median of those ratios.
+// The runs of one repetition ran back to back (in alternating order), so a
+// paired ratio leaves out most of the machine's drift from one minute to the
+// next, which the ratio of the column medians mixes in when the best run of
+// one system and the worst of the other fall in different repetitions. Rows
+// with a failed run are left out: their runs no longer line up by repetition.
+func (r *Run) pairedRatios(b *strings.Builder, sr *SuiteResult, refRow []string) {
+	metric := func(x suite.Result) float64 {
+		switch sr.Suite.Primary() {
+		case suite.LatencyP50:
+			return float64(x.P50)
+		case suite.LatencyP99:
+			return float64(x.P99)
+		}
+		return x.RPS
+	}
+	// Every repetition ran each row once: a row with all r.Repeat runs and
+	// no failure has its i-th run in repetition i.
+	complete := func(label string) bool {
+		return label != "" && len(sr.Failures[label]) == 0 && len(sr.Runs[label]) == r.Repeat
+	}
+	if r.Repeat < 2 {
+		return
+	}
+	var lines []string
+	for _, row := range sr.Rows {
+		if row.System != r.sutLabel() || !complete(row.Label) {
+			continue
+		}
+		runs := sr.Runs[row.Label]
+		for _, ref := range refRow {
+			if !complete(ref) {
+				continue
+			}
+			refRuns := sr.Runs[ref]
+			ratios := make([]float64, 0, len(runs))
+			for i := range runs {
+				if d := metric(refRuns[i]); d > 0 {
+					ratios = append(ratios, metric(runs[i])/d)
+				}
+			}
+			if len(ratios) != len(runs) {
+				continue
+			}
+			parts := make([]string, len(ratios))
+			for i, x := range ratios {
+				parts[i] = fmt.Sprintf("%.2f×", x)
+			}
+			lines = append(lines, fmt.Sprintf("%s / %s: %s (median %.2f×)", row.Label, ref, strings.Join(parts, ", "), medianOf(ratios)))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nRatios repetition by repetition (the runs of one repetition ran back to back): %s.\n", strings.Join(lines, "; "))
+}
+
+// medianOf returns the median of v (not empty); v is sorted in place.
+func medianOf(v []float64) float64 {
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
 
 func (r *Run) refLabel() string {

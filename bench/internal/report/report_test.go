@@ -357,3 +357,64 @@ func TestRelativizePaths(t *testing.T) {
 		t.Fatalf("bench at the file system root: %s changed to %s", in, got)
 	}
 }
+
+// Paired ratios: the system under test's rows against each reference, run by
+// run, where the ratio of the column medians (876/199 = 4.40×) and the median
+// of the per-repetition ratios (3.65×) disagree. References or rows whose runs
+// do not line up by repetition (a failure, a different count) are left out.
+func TestMarkdownComparerPairedRatios(t *testing.T) {
+	r := lockRun()
+	r.Repeat = 3
+	r.Slots[1].Label = "tenure"
+	sr := r.Suites[0]
+	sr.Rows = []Row{
+		{Label: "etcd 3.7.3 · v3lock", System: "etcd 3.7.3", Kind: "etcd", Variant: suite.LockV3},
+		{Label: "etcd 3.7.3 · Mutex", System: "etcd 3.7.3", Kind: "etcd", Variant: suite.LockMutex},
+		{Label: "ZooKeeper 3.8 · lock recipe", System: "ZooKeeper 3.8", Kind: "zookeeper", Variant: suite.LockZK},
+		{Label: "tenure · tenure.v1 Session", System: "tenure", Kind: "tenure", Variant: suite.LockSession},
+		{Label: "tenure · tenure.v1 Locks", System: "tenure", Kind: "tenure", Variant: suite.LockNative},
+	}
+	sr.Runs = map[string][]suite.Result{
+		"etcd 3.7.3 · v3lock":         {res(253, msec, msec, 0), res(199, msec, msec, 0), res(186, msec, msec, 0)},
+		"etcd 3.7.3 · Mutex":          {res(100, msec, msec, 0), res(100, msec, msec, 0)},
+		"ZooKeeper 3.8 · lock recipe": {res(50, msec, msec, 0), res(50, msec, msec, 0), res(50, msec, msec, 0)},
+		"tenure · tenure.v1 Session":  {res(886, msec, msec, 0), res(726, msec, msec, 0), res(876, msec, msec, 0)},
+		"tenure · tenure.v1 Locks":    {res(600, msec, msec, 0), res(600, msec, msec, 0)},
+	}
+	sr.Failures = map[string][]string{"ZooKeeper 3.8 · lock recipe": {"one run failed"}}
+	md := r.Markdown("")
+	want := "\nRatios repetition by repetition (the runs of one repetition ran back to back): " +
+		"tenure · tenure.v1 Session / etcd 3.7.3 · v3lock: 3.50×, 3.65×, 4.71× (median 3.65×).\n"
+	if !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q\n--- markdown:\n%s", want, md)
+	}
+	if !strings.Contains(md, "\n| tenure · tenure.v1 Session | 876 | 1.000 | 1.000 | 0 | 3 | 4.40× |") {
+		t.Errorf("the table's ratio of medians changed\n--- markdown:\n%s", md)
+	}
+	// With a single repetition there is nothing to pair.
+	r.Repeat = 1
+	for label, runs := range sr.Runs {
+		sr.Runs[label] = runs[:1]
+	}
+	if md := r.Markdown(""); strings.Contains(md, "Ratios repetition by repetition") {
+		t.Errorf("paired ratios from one repetition\n--- markdown:\n%s", md)
+	}
+}
+
+// A plain table pairs the system under test with the reference the same way,
+// on the suite's primary metric (put-100: req/s); a row with a failed run has
+// no paired ratios.
+func TestMarkdownPlainTablePairedRatios(t *testing.T) {
+	r := etcdBenchRun()
+	if md := r.Markdown(""); strings.Contains(md, "Ratios repetition by repetition") {
+		t.Errorf("paired ratios for a row with a failed run\n--- markdown:\n%s", md)
+	}
+	sr := r.Suites[0]
+	delete(sr.Failures, "tenure")
+	sr.Runs["etcd 3.7.3"] = append(sr.Runs["etcd 3.7.3"], res(4000, 40*msec, 400*msec, 0))
+	want := "\nRatios repetition by repetition (the runs of one repetition ran back to back): " +
+		"tenure / etcd 3.7.3: 1.00×, 1.33×, 1.00×, 0.75× (median 1.00×).\n"
+	if md := r.Markdown(""); !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q\n--- markdown:\n%s", want, md)
+	}
+}
