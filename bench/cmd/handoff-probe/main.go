@@ -45,6 +45,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tenure-io/tenure/api/tenurev1"
+	"github.com/tenure-io/tenure/bench/internal/cluster"
 )
 
 type event struct {
@@ -217,7 +218,15 @@ func main() {
 	}
 
 	slices.SortFunc(events, func(a, b event) int { return a.at.Compare(b.at) })
-	leader := leaderID(conns[0], strings.Split(*endpoints, ","))
+	// Only a Session stream stays on one member (memberOf); the leader is
+	// taken as it is at the end of the run.
+	var leader uint64
+	if *api == "session" {
+		var err error
+		if leader, _, err = cluster.AgreedLeader(context.Background(), conns[0], strings.Split(*endpoints, ",")); err != nil {
+			log.Printf("hand-offs not split by placement: %v", err)
+		}
+	}
 	placement := func(client int) string {
 		switch memberOf[client] {
 		case 0:
@@ -236,8 +245,10 @@ func main() {
 		case e.granted:
 			if !lastGrant.IsZero() {
 				handoff = append(handoff, e.at.Sub(lastGrant))
-				k := "handoff " + placement(owner) + " -> " + placement(e.client)
-				byPlacement[k] = append(byPlacement[k], e.at.Sub(lastGrant))
+				if leader != 0 {
+					k := "handoff " + placement(owner) + " -> " + placement(e.client)
+					byPlacement[k] = append(byPlacement[k], e.at.Sub(lastGrant))
+				}
 				if !lastUnlock.IsZero() {
 					toNext = append(toNext, e.at.Sub(lastUnlock))
 				}
@@ -254,25 +265,9 @@ func main() {
 	show("unlock returned -> next grant", toNext)
 	show("Lock call", lockLat)
 	show("Unlock call", unlockLat)
-	if leader != 0 && *api == "session" {
-		for _, k := range slices.Sorted(maps.Keys(byPlacement)) {
-			show(k, byPlacement[k])
-		}
+	for _, k := range slices.Sorted(maps.Keys(byPlacement)) {
+		show(k, byPlacement[k])
 	}
-}
-
-// leaderID asks each endpoint for its status and returns the leader's member
-// ID, or 0 when none answers.
-func leaderID(c *clientv3.Client, endpoints []string) uint64 {
-	for _, ep := range endpoints {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := c.Status(ctx, ep)
-		cancel()
-		if err == nil && st.Leader != 0 {
-			return st.Leader
-		}
-	}
-	return 0
 }
 
 func show(what string, d []time.Duration) {

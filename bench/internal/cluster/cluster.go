@@ -247,18 +247,7 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
 }
 
 func (c *Cluster) probe(ctx context.Context, cli *clientv3.Client) error {
-	leaderEP, err := agreedLeader(c.Endpoints, func(ep string) (leader, self uint64, err error) {
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		st, err := cli.Status(sctx, ep)
-		if err != nil {
-			return 0, 0, err
-		}
-		if st.Header != nil {
-			self = st.Header.MemberId
-		}
-		return st.Leader, self, nil
-	})
+	_, leaderEP, err := AgreedLeader(ctx, cli, c.Endpoints)
 	if err != nil {
 		return err
 	}
@@ -274,31 +263,50 @@ func (c *Cluster) probe(ctx context.Context, cli *clientv3.Client) error {
 	return nil
 }
 
+// AgreedLeader asks every endpoint for its status through cli (a second
+// per endpoint at most) and returns the leader's member id and the endpoint
+// that is that leader ("" if none of them is); see agreedLeader for when it
+// fails.
+func AgreedLeader(ctx context.Context, cli *clientv3.Client, eps []string) (uint64, string, error) {
+	return agreedLeader(eps, func(ep string) (leader, self uint64, err error) {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := cli.Status(sctx, ep)
+		if err != nil {
+			return 0, 0, err
+		}
+		if st.Header != nil {
+			self = st.Header.MemberId
+		}
+		return st.Leader, self, nil
+	})
+}
+
 // agreedLeader asks every endpoint, in order, for its member id (self) and
 // the leader it knows (status), and fails at the first endpoint that
 // cannot answer, knows no leader, or names another leader than the ones
-// before it. It returns the endpoint whose member is that leader ("" if
-// none of them is).
-func agreedLeader(eps []string, status func(ep string) (leader, self uint64, err error)) (string, error) {
+// before it. It returns that leader's member id and the endpoint whose
+// member it is ("" if none of them is).
+func agreedLeader(eps []string, status func(ep string) (leader, self uint64, err error)) (uint64, string, error) {
 	var agreed uint64
 	leaderEP := ""
 	for _, ep := range eps {
 		leader, self, err := status(ep)
 		if err != nil {
-			return "", fmt.Errorf("status %s: %w", ep, err)
+			return 0, "", fmt.Errorf("status %s: %w", ep, err)
 		}
 		if leader == 0 {
-			return "", fmt.Errorf("%s: no leader yet", ep)
+			return 0, "", fmt.Errorf("%s: no leader yet", ep)
 		}
 		if agreed != 0 && leader != agreed {
-			return "", fmt.Errorf("members disagree on the leader")
+			return 0, "", fmt.Errorf("members disagree on the leader")
 		}
 		agreed = leader
 		if self == leader {
 			leaderEP = ep
 		}
 	}
-	return leaderEP, nil
+	return agreed, leaderEP, nil
 }
 
 // Stop terminates every member (SIGTERM, then SIGKILL after 3 s: a benchmark

@@ -119,30 +119,31 @@ func TestAgreedLeader(t *testing.T) {
 	tests := []struct {
 		name     string
 		status   map[string]st
+		leader   uint64 // the id returned; 0 with an error
 		leaderEP string
 		err      string // substring; "" for none
 		asked    int    // endpoints asked before the answer
 	}{
-		{"agree, b leads", map[string]st{"http://a": {2, 1, nil}, "http://b": {2, 2, nil}, "http://c": {2, 3, nil}}, "http://b", "", 3},
-		{"agree, c leads", map[string]st{"http://a": {3, 1, nil}, "http://b": {3, 2, nil}, "http://c": {3, 3, nil}}, "http://c", "", 3},
+		{"agree, b leads", map[string]st{"http://a": {2, 1, nil}, "http://b": {2, 2, nil}, "http://c": {2, 3, nil}}, 2, "http://b", "", 3},
+		{"agree, c leads", map[string]st{"http://a": {3, 1, nil}, "http://b": {3, 2, nil}, "http://c": {3, 3, nil}}, 3, "http://c", "", 3},
 		// A leader outside the endpoints: no error here (the caller rejects it).
-		{"leader elsewhere", map[string]st{"http://a": {9, 1, nil}, "http://b": {9, 2, nil}, "http://c": {9, 3, nil}}, "", "", 3},
-		{"no leader", map[string]st{"http://a": {2, 1, nil}, "http://b": {0, 2, nil}, "http://c": {2, 3, nil}}, "", "http://b: no leader yet", 2},
-		{"disagree", map[string]st{"http://a": {1, 1, nil}, "http://b": {1, 2, nil}, "http://c": {3, 3, nil}}, "", "members disagree on the leader", 3},
-		{"unreachable", map[string]st{"http://a": {0, 0, errors.New("connection refused")}}, "", "status http://a: connection refused", 1},
+		{"leader elsewhere", map[string]st{"http://a": {9, 1, nil}, "http://b": {9, 2, nil}, "http://c": {9, 3, nil}}, 9, "", "", 3},
+		{"no leader", map[string]st{"http://a": {2, 1, nil}, "http://b": {0, 2, nil}, "http://c": {2, 3, nil}}, 0, "", "http://b: no leader yet", 2},
+		{"disagree", map[string]st{"http://a": {1, 1, nil}, "http://b": {1, 2, nil}, "http://c": {3, 3, nil}}, 0, "", "members disagree on the leader", 3},
+		{"unreachable", map[string]st{"http://a": {0, 0, errors.New("connection refused")}}, 0, "", "status http://a: connection refused", 1},
 		// A member without a header (self 0) is not taken for the leader.
-		{"no header", map[string]st{"http://a": {2, 0, nil}, "http://b": {2, 2, nil}, "http://c": {2, 0, nil}}, "http://b", "", 3},
+		{"no header", map[string]st{"http://a": {2, 0, nil}, "http://b": {2, 2, nil}, "http://c": {2, 0, nil}}, 2, "http://b", "", 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			asked := 0
-			ep, err := agreedLeader(eps, func(ep string) (uint64, uint64, error) {
+			id, ep, err := agreedLeader(eps, func(ep string) (uint64, uint64, error) {
 				asked++
 				s := tt.status[ep]
 				return s.leader, s.self, s.err
 			})
-			if ep != tt.leaderEP || asked != tt.asked {
-				t.Errorf("leader %q after %d asked, want %q after %d", ep, asked, tt.leaderEP, tt.asked)
+			if id != tt.leader || ep != tt.leaderEP || asked != tt.asked {
+				t.Errorf("leader %d at %q after %d asked, want %d at %q after %d", id, ep, asked, tt.leader, tt.leaderEP, tt.asked)
 			}
 			switch {
 			case tt.err == "" && err != nil:

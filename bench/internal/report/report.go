@@ -224,20 +224,12 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 		}
 		w("| %s | %.0f | %s | %s | %d | %s |", row.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs)
 		for i := range refs {
-			if !refOK[i] || row.Label == refRow[i] {
+			d := primaryValue(s, refMed[i])
+			if !refOK[i] || row.Label == refRow[i] || d <= 0 {
 				w(" — |")
 				continue
 			}
-			switch {
-			case s.Primary() == suite.LatencyP50 && refMed[i].P50 > 0:
-				w(" %.2f× |", float64(m.P50)/float64(refMed[i].P50))
-			case s.Primary() == suite.LatencyP99 && refMed[i].P99 > 0:
-				w(" %.2f× |", float64(m.P99)/float64(refMed[i].P99))
-			case s.Primary() == suite.Throughput && refMed[i].RPS > 0:
-				w(" %.2f× |", m.RPS/refMed[i].RPS)
-			default:
-				w(" — |")
-			}
+			w(" %.2f× |", primaryValue(s, m)/d)
 		}
 		w("\n")
 	}
@@ -296,22 +288,13 @@ func oneLine(s string, n int) string {
 // one system and the worst of the other fall in different repetitions. Rows
 // with a failed run are left out: their runs no longer line up by repetition.
 func (r *Run) pairedRatios(b *strings.Builder, sr *SuiteResult, refRow []string) {
-	metric := func(x suite.Result) float64 {
-		switch sr.Suite.Primary() {
-		case suite.LatencyP50:
-			return float64(x.P50)
-		case suite.LatencyP99:
-			return float64(x.P99)
-		}
-		return x.RPS
+	if r.Repeat < 2 {
+		return
 	}
 	// Every repetition ran each row once: a row with all r.Repeat runs and
 	// no failure has its i-th run in repetition i.
 	complete := func(label string) bool {
 		return label != "" && len(sr.Failures[label]) == 0 && len(sr.Runs[label]) == r.Repeat
-	}
-	if r.Repeat < 2 {
-		return
 	}
 	var lines []string
 	for _, row := range sr.Rows {
@@ -326,8 +309,8 @@ func (r *Run) pairedRatios(b *strings.Builder, sr *SuiteResult, refRow []string)
 			refRuns := sr.Runs[ref]
 			ratios := make([]float64, 0, len(runs))
 			for i := range runs {
-				if d := metric(refRuns[i]); d > 0 {
-					ratios = append(ratios, metric(runs[i])/d)
+				if d := primaryValue(sr.Suite, refRuns[i]); d > 0 {
+					ratios = append(ratios, primaryValue(sr.Suite, runs[i])/d)
 				}
 			}
 			if len(ratios) != len(runs) {
@@ -344,6 +327,18 @@ func (r *Run) pairedRatios(b *strings.Builder, sr *SuiteResult, refRow []string)
 		return
 	}
 	fmt.Fprintf(b, "\nRatios repetition by repetition (the runs of one repetition ran back to back): %s.\n", strings.Join(lines, "; "))
+}
+
+// primaryValue is x's value of the suite's primary metric: req/s, or the
+// p50 or p99 latency.
+func primaryValue(s suite.Suite, x suite.Result) float64 {
+	switch s.Primary() {
+	case suite.LatencyP50:
+		return float64(x.P50)
+	case suite.LatencyP99:
+		return float64(x.P99)
+	}
+	return x.RPS
 }
 
 // medianOf returns the median of v (not empty); v is sorted in place.

@@ -417,4 +417,18 @@ func TestMarkdownPlainTablePairedRatios(t *testing.T) {
 	if md := r.Markdown(""); !strings.Contains(md, want) {
 		t.Errorf("markdown lacks %q\n--- markdown:\n%s", want, md)
 	}
+	// put-1's primary metric is p50 latency: tenure's 8, 2, 6, 4 ms against
+	// etcd's 10, 30, 20, 40 ms.
+	for _, s := range suite.EtcdBenchSuites() {
+		if s.ID() == "put-1" {
+			sr.Suite = s
+		}
+	}
+	if sr.Suite.Primary() != suite.LatencyP50 {
+		t.Fatalf("put-1's primary metric is %v, want p50", sr.Suite.Primary())
+	}
+	want = "tenure / etcd 3.7.3: 0.80×, 0.07×, 0.30×, 0.10× (median 0.20×).\n"
+	if md := r.Markdown(""); !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q\n--- markdown:\n%s", want, md)
+	}
 }
