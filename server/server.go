@@ -21,7 +21,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 
 	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/apply"
@@ -286,10 +285,9 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	mem.locks = edge.NewLocks(api.LockConfig{Machine: locks, Delays: delays})
 	mem.locks.Register(clientSrv)
 	pb.RegisterWatchServer(clientSrv, hub.Server(edge.Header))
-	// Server reflection lets grpcurl and similar tools call tenure.v1
-	// without a copy of the proto (etcd's own services are gogo-generated
-	// and only listed, not described).
-	reflection.Register(clientSrv)
+	// Server reflection lets grpcurl and similar tools describe and call
+	// every service, etcd's and tenure.v1, without a copy of the protos.
+	registerReflection(clientSrv)
 	peerSrv := grpc.NewServer(append(raftnode.PeerServerOptions(),
 		grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))...)
 	node.RegisterPeerService(peerSrv)
