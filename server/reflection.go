@@ -25,16 +25,28 @@ import (
 // "File not found: etcd/api/mvccpb/kv.proto". The descriptors served here are
 // the same files, renamed to the paths their importers use.
 func registerReflection(s *grpc.Server) {
-	opts := reflection.ServerOptions{Services: s, DescriptorResolver: reflectionFiles()}
+	opts := reflection.ServerOptions{Services: s, DescriptorResolver: lazyFiles{}}
 	reflectionv1.RegisterServerReflectionServer(s, reflection.NewServerV1(opts))
 	reflectionv1alpha.RegisterServerReflectionServer(s, reflection.NewServer(opts))
 }
 
-// reflectionFiles is built once per process: the global registry does not
-// change after package initialisation.
+// reflectionFiles is built once per process, at the first reflection
+// request (about 20 ms here, which a member's start need not pay): the
+// global registry does not change after package initialisation.
 var reflectionFiles = sync.OnceValue(func() *protoregistry.Files {
 	return consistentFiles(protoregistry.GlobalFiles)
 })
+
+// lazyFiles resolves through reflectionFiles.
+type lazyFiles struct{}
+
+func (lazyFiles) FindFileByPath(p string) (protoreflect.FileDescriptor, error) {
+	return reflectionFiles().FindFileByPath(p)
+}
+
+func (lazyFiles) FindDescriptorByName(n protoreflect.FullName) (protoreflect.Descriptor, error) {
+	return reflectionFiles().FindDescriptorByName(n)
+}
 
 // consistentFiles copies every file of src into a new registry in which each
 // import resolves: a file registered under a bare name that some file imports
