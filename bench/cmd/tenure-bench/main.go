@@ -202,11 +202,16 @@ func run() error {
 					}
 					dir := filepath.Join(runDir, fmt.Sprintf("r%d-%s-%s", r+1, s.ID(), slug(label)))
 					load := machine.LoadAvg()
+					cpu0, cpuOK := machine.ReadCPUTimes()
 					to := *runTO
 					if f, ok := s.(suite.FullOnly); ok && f.FullOnly() {
 						to = max(to, 30*time.Minute) // loading 1M keys takes minutes
 					}
 					res, cmds, err := runOne(ctx, to, sys, variant, s, opts, dir, tools, m, *keep)
+					steal := ""
+					if cpu1, ok := machine.ReadCPUTimes(); ok && cpuOK {
+						steal = machine.StealPercent(cpu0, cpu1)
+					}
 					sr := results[s.ID()]
 					if len(cmds) > 0 {
 						rep.ClusterCommands[sys.Label] = cmds
@@ -229,8 +234,11 @@ func run() error {
 						res.Extra = map[string]string{}
 					}
 					res.Extra["load"] = load
-					logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d  (load %s)", r+1, s.ID(), label,
-						res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, load)
+					if steal != "" {
+						res.Extra["steal"] = steal
+					}
+					logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d  (load %s, steal %s%%)", r+1, s.ID(), label,
+						res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, load, steal)
 					sr.Runs[label] = append(sr.Runs[label], res)
 				}
 			}

@@ -3,9 +3,11 @@ package machine
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 )
 
@@ -59,6 +61,56 @@ func LoadAvg() string {
 		f = f[:3]
 	}
 	return strings.Join(f, " ")
+}
+
+// CPUTimes is the host's aggregate CPU time from /proc/stat, in clock ticks.
+type CPUTimes struct {
+	Total uint64 // every state, steal included
+	Steal uint64 // time the hypervisor ran another guest on one of this guest's vCPUs
+}
+
+// ReadCPUTimes reads the "cpu" line of /proc/stat; ok is false where it
+// cannot (not Linux, or a format it does not know).
+func ReadCPUTimes() (t CPUTimes, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return t, false
+	}
+	return parseCPULine(string(b))
+}
+
+// parseCPULine parses the first line of /proc/stat: "cpu" and then user,
+// nice, system, idle, iowait, irq, softirq, steal, guest, guest_nice. Guest
+// time is already counted in user and nice, so it is left out of the total.
+func parseCPULine(stat string) (t CPUTimes, ok bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return t, false
+	}
+	for i, s := range f[1:9] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return CPUTimes{}, false
+		}
+		t.Total += v
+		if i == 7 {
+			t.Steal = v
+		}
+	}
+	return t, true
+}
+
+// StealPercent is the share of the host's CPU time between a and b that the
+// hypervisor gave to other guests ("" when nothing elapsed). On a shared
+// virtual machine it is the one kind of outside load the load average does
+// not show: a vCPU that is stolen looks busy to nobody here, yet every
+// process on it stalls.
+func StealPercent(a, b CPUTimes) string {
+	if b.Total <= a.Total || b.Steal < a.Steal {
+		return ""
+	}
+	return fmt.Sprintf("%.1f", 100*float64(b.Steal-a.Steal)/float64(b.Total-a.Total))
 }
 
 // GitCommit returns the commit of the repository at dir, with "-dirty" if

@@ -135,15 +135,11 @@ func (r *Run) Markdown(chartDir string) string {
 			w("| %s | %.0f | %s | %s | %d | %s | %s | %s |\n", sl.Label, m.RPS, ms(m.P50), ms(m.P99), m.Errors, runs, rr, rp)
 		}
 		r.pairedRatios(&b, sr, []string{r.refLabel()})
-		w("\nIndividual runs (req/s / p50 ms [load average before the run]):")
+		w("\nIndividual runs (req/s / p50 ms %s):", conditionsLegend)
 		for _, sl := range sr.Rows {
 			var parts []string
 			for _, x := range sr.Runs[sl.Label] {
-				p := fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))
-				if l := x.Extra["load"]; l != "" {
-					p += " [" + strings.Fields(l)[0] + "]"
-				}
-				parts = append(parts, p)
+				parts = append(parts, fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))+conditions(x))
 			}
 			w(" %s: %s;", sl.Label, strings.Join(parts, ", "))
 		}
@@ -234,7 +230,7 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 		w("\n")
 	}
 	r.pairedRatios(b, sr, refRow)
-	w("\nIndividual runs (%s / p50 ms / p99 ms [load average before the run]):", unit)
+	w("\nIndividual runs (%s / p50 ms / p99 ms %s):", unit, conditionsLegend)
 	for _, row := range sr.Rows {
 		var parts []string
 		for _, x := range sr.Runs[row.Label] {
@@ -242,10 +238,7 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 			if x.Extra["note"] != "" {
 				p += " (" + x.Extra["note"] + ")"
 			}
-			if l := x.Extra["load"]; l != "" {
-				p += " [" + strings.Fields(l)[0] + "]"
-			}
-			parts = append(parts, p)
+			parts = append(parts, p+conditions(x))
 		}
 		w(" %s: %s;", row.Label, strings.Join(parts, ", "))
 	}
@@ -385,4 +378,26 @@ func relativizePaths(md, benchDir string) string {
 	}
 	md = strings.ReplaceAll(md, benchDir+"/", "bench/")
 	return strings.ReplaceAll(md, root+"/", "./")
+}
+
+// conditionsLegend describes what conditions puts after each run.
+const conditionsLegend = "[load average before the run; CPU steal during it, where measured]"
+
+// conditions is the machine's state around one run, as recorded by the
+// driver: " [load]" or " [load; steal N%]", "" when neither was recorded.
+// Steal is the share of the host's CPU time the hypervisor gave other
+// guests from cluster start to teardown: a run that met a burst of it
+// shows it here, where the load average sees nothing.
+func conditions(x suite.Result) string {
+	var f []string
+	if l := strings.Fields(x.Extra["load"]); len(l) > 0 {
+		f = append(f, l[0])
+	}
+	if st := x.Extra["steal"]; st != "" {
+		f = append(f, "steal "+st+"%")
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return " [" + strings.Join(f, "; ") + "]"
 }

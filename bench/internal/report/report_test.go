@@ -106,7 +106,7 @@ func TestMarkdownPlainTable(t *testing.T) {
 		// 2500 / 2000 = 1.25 (higher is better), 5 ms / 20 ms = 0.25 (lower is better).
 		"\n| tenure | 2500 | 5.000 | 25.000 | 0 | 4 (+1 failed) | 1.25× | 0.25× |\n",
 		"\n| other | — | — | — | — | 0 (2 failed) | — | — |\n",
-		"Individual runs (req/s / p50 ms [load average before the run]): " +
+		"Individual runs (req/s / p50 ms [load average before the run; CPU steal during it, where measured]): " +
 			"etcd 3.7.3: 1000 / 10.000 [0.50], 3000 / 30.000, 2000 / 20.000; " +
 			"tenure: 1000 / 8.000, 4000 / 2.000, 2000 / 6.000, 3000 / 4.000; other: ;\n",
 		"\n- tenure failure: `cluster start: no leader`\n",
@@ -173,7 +173,7 @@ func lockRun() *Run {
 		}
 	}
 	note := res(120, 30*msec, 90*msec, 2)
-	note.Extra = map[string]string{"note": "a note", "load": "1.25 1.00 0.75"}
+	note.Extra = map[string]string{"note": "a note", "load": "1.25 1.00 0.75", "steal": "12.5"}
 	note.ErrDist = map[string]int{"acquire: deadline exceeded": 2}
 	sr := &SuiteResult{
 		Suite: s,
@@ -215,7 +215,7 @@ func TestMarkdownComparerThroughput(t *testing.T) {
 		"\n| tenure · tenure.v1 Locks | 260 | 20.000 | 55.000 | 2 | 2 | 2.60× | 5.20× | 6.50× |\n",
 		"\n| ZooKeeper 3.8 · lock recipe | 40 | 200.000 | 800.000 | 0 | 1 | 0.40× | 0.80× | — |\n",
 		"\n| Redis · SET NX PX + Lua unlock | — | — | — | — | 0 (1 failed) | — | — | — |\n",
-		" tenure · tenure.v1 Locks: 400 / 10.000 / 20.000, 120 / 30.000 / 90.000 (a note) [1.25];",
+		" tenure · tenure.v1 Locks: 400 / 10.000 / 20.000, 120 / 30.000 / 90.000 (a note) [1.25; steal 12.5%];",
 		"\n- tenure · tenure.v1 Locks errors in one run: `map[acquire: deadline exceeded:2]`\n",
 		"\n- Redis · SET NX PX + Lua unlock failure: `redis-server not installed`\n",
 		"\n```\ntenure-bench lock suite lock-50x1\n```\n",
