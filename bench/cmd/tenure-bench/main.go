@@ -209,8 +209,8 @@ func run() error {
 					}
 					res, cmds, err := runOne(ctx, to, sys, variant, s, opts, dir, tools, m, *keep)
 					steal := "" // unknown where /proc/stat is unreadable
-					if cpu1, ok := machine.ReadCPUTimes(); ok && cpuOK {
-						steal = machine.StealPercent(cpu0, cpu1)
+					if cpuOK {
+						steal = machine.StealSince(cpu0)
 					}
 					sr := results[s.ID()]
 					if len(cmds) > 0 {
@@ -234,13 +234,11 @@ func run() error {
 						res.Extra = map[string]string{}
 					}
 					res.Extra["load"] = load
-					stealLog := ""
 					if steal != "" {
 						res.Extra["steal"] = steal
-						stealLog = ", steal " + steal + "%"
 					}
-					logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d  (load %s%s)", r+1, s.ID(), label,
-						res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, load, stealLog)
+					logf("  r%d %-20s %-24s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms  errors %d %s", r+1, s.ID(), label,
+						res.RPS, float64(res.P50)/1e6, float64(res.P99)/1e6, res.Errors, report.Conditions(res))
 					sr.Runs[label] = append(sr.Runs[label], res)
 				}
 			}

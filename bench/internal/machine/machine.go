@@ -101,6 +101,16 @@ func parseCPULine(stat string) (t CPUTimes, ok bool) {
 	return t, true
 }
 
+// StealSince is StealPercent from a to now ("" where /proc/stat cannot be
+// read).
+func StealSince(a CPUTimes) string {
+	b, ok := ReadCPUTimes()
+	if !ok {
+		return ""
+	}
+	return StealPercent(a, b)
+}
+
 // StealPercent is the share of the host's CPU time between a and b that the
 // hypervisor gave to other guests ("" when nothing elapsed). On a shared
 // virtual machine it is the one kind of outside load the load average does

@@ -1,6 +1,11 @@
 package machine
 
-import "testing"
+import (
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
 
 func TestParseCPULine(t *testing.T) {
 	// user nice system idle iowait irq softirq steal guest guest_nice
@@ -34,7 +39,26 @@ func TestStealPercent(t *testing.T) {
 			t.Errorf("StealPercent(%+v, %+v) = %q, want none", a, b, got)
 		}
 	}
-	if b, ok := ReadCPUTimes(); ok && b.Total == 0 {
-		t.Errorf("ReadCPUTimes on this host: total 0")
+}
+
+// TestStealSinceOnThisHost reads the real /proc/stat twice around some
+// busy work: on Linux both readings must succeed and give a number.
+func TestStealSinceOnThisHost(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("/proc/stat is Linux's")
+	}
+	a, ok := ReadCPUTimes()
+	if !ok || a.Total == 0 {
+		t.Fatalf("ReadCPUTimes = %+v, %v on Linux", a, ok)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var got string
+	for got == "" && time.Now().Before(deadline) {
+		for spin := time.Now(); time.Since(spin) < 20*time.Millisecond; {
+		}
+		got = StealSince(a) // "" until the tick counters move
+	}
+	if v, err := strconv.ParseFloat(got, 64); err != nil || v < 0 || v > 100 {
+		t.Fatalf("StealSince = %q, want a percentage", got)
 	}
 }

@@ -139,7 +139,7 @@ func (r *Run) Markdown(chartDir string) string {
 		for _, sl := range sr.Rows {
 			var parts []string
 			for _, x := range sr.Runs[sl.Label] {
-				parts = append(parts, fmt.Sprintf("%.0f / %s", x.RPS, ms(x.P50))+conditions(x))
+				parts = append(parts, strings.TrimSpace(fmt.Sprintf("%.0f / %s %s", x.RPS, ms(x.P50), Conditions(x))))
 			}
 			w(" %s: %s;", sl.Label, strings.Join(parts, ", "))
 		}
@@ -238,7 +238,7 @@ func (r *Run) comparerTable(b *strings.Builder, sr *SuiteResult, c suite.Compare
 			if x.Extra["note"] != "" {
 				p += " (" + x.Extra["note"] + ")"
 			}
-			parts = append(parts, p+conditions(x))
+			parts = append(parts, strings.TrimSpace(p+" "+Conditions(x)))
 		}
 		w(" %s: %s;", row.Label, strings.Join(parts, ", "))
 	}
@@ -380,15 +380,15 @@ func relativizePaths(md, benchDir string) string {
 	return strings.ReplaceAll(md, root+"/", "./")
 }
 
-// conditionsLegend describes what conditions puts after each run.
+// conditionsLegend names what Conditions shows after each run.
 const conditionsLegend = "[load average before the run; CPU steal during it, where measured]"
 
-// conditions is the machine's state around one run, as recorded by the
-// driver: " [load]" or " [load; steal N%]", "" when neither was recorded.
+// Conditions is the machine's state around one run, as recorded by the
+// driver: "[load]" or "[load; steal N%]", "" when neither was recorded.
 // Steal is the share of the host's CPU time the hypervisor gave other
 // guests from cluster start to teardown: a run that met a burst of it
 // shows it here, where the load average sees nothing.
-func conditions(x suite.Result) string {
+func Conditions(x suite.Result) string {
 	var f []string
 	if l := strings.Fields(x.Extra["load"]); len(l) > 0 {
 		f = append(f, l[0])
@@ -399,5 +399,5 @@ func conditions(x suite.Result) string {
 	if len(f) == 0 {
 		return ""
 	}
-	return " [" + strings.Join(f, "; ") + "]"
+	return "[" + strings.Join(f, "; ") + "]"
 }
