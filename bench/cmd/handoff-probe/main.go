@@ -42,7 +42,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
-	"go.uber.org/zap"
 
 	"github.com/tenure-io/tenure/api/tenurev1"
 	"github.com/tenure-io/tenure/bench/internal/cluster"
@@ -62,6 +61,7 @@ func main() {
 	name := flag.String("lock", "handoff-probe", "lock name")
 	locks := flag.Int("locks", 1, "spread the clients over this many locks (<lock>-0 …); with more than one, only the rates and RPC latencies mean anything")
 	cpuProfile := flag.String("cpuprofile", "", "write the probe's own CPU profile (the client side) to this file")
+	window := flag.Int("client-window", 0, "fixed HTTP/2 stream and connection window in bytes of the probe's connections, like tenure-bench -client-window (turns gRPC's BDP pings off; try 1048576); 0: gRPC's dynamic windows, clientv3's default")
 	flag.Parse()
 	if *clients < 1 || *locks < 1 || (*api != "native" && *api != "session" && *api != "v3lock" && *api != "mutex") {
 		flag.Usage()
@@ -70,7 +70,7 @@ func main() {
 
 	conns := make([]*clientv3.Client, (*clients+9)/10)
 	for i := range conns {
-		c, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*endpoints, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		c, err := clientv3.New(cluster.ClientConfig(strings.Split(*endpoints, ","), int32(*window)))
 		if err != nil {
 			log.Fatal(err)
 		}

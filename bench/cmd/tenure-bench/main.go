@@ -52,6 +52,7 @@ func run() error {
 		others   = flag.String("others", "zookeeper,redis,postgres", "other reference systems for the suites that support them (lock suites): comma-separated zookeeper, redis, postgres, or none")
 		variants = flag.String("variants", "", "comma-separated variants to run on suites that have them (e.g. Mutex,v3lock); default all")
 		pgDSN    = flag.String("pg-dsn", cluster.DefaultPostgresDSN, "PostgreSQL for the postgres reference")
+		window   = flag.Int("client-window", 0, "fixed HTTP/2 stream and connection window in bytes of the harness's etcd-protocol clients, every system alike (turns gRPC's BDP pings off; try 1048576); 0: gRPC's dynamic windows, clientv3's default")
 	)
 	flag.Parse()
 	all := suite.All()
@@ -178,6 +179,7 @@ func run() error {
 		rep.Suites = append(rep.Suites, sr)
 	}
 	opts := cluster.DefaultOptions()
+	opts.ClientWindowBytes = int32(*window)
 	startFails := map[string]int{} // consecutive cluster start failures per system
 	logf("run %s: %d suites × %d systems × %d repetitions, work dir %s", runID, len(sel), len(systems), *repeat, runDir)
 	for r := 0; r < *repeat; r++ {

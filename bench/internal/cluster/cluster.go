@@ -17,6 +17,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // System describes a server binary that accepts etcd's flag names.
@@ -37,11 +38,38 @@ type Options struct {
 	QuotaBackendBytes int64 // --quota-backend-bytes (0: the server's default)
 	LogLevel          string
 	ReadyTimeout      time.Duration
+	// ClientWindowBytes fixes the HTTP/2 stream and connection windows of
+	// the harness's clientv3 clients (every system alike); 0 leaves gRPC's
+	// dynamic windows. See ClientConfig.
+	ClientWindowBytes int32
 }
 
-// DefaultOptions are the settings from issue 5: heartbeat 100 ms, election 1000 ms.
+// FixedClientWindowBytes is the window to try with -client-window: 1 MiB,
+// what Tenure's members use towards their clients.
+const FixedClientWindowBytes = 1 << 20
+
+// DefaultOptions are the settings from issue 5: heartbeat 100 ms, election
+// 1000 ms; the harness's clients keep clientv3's defaults.
 func DefaultOptions() Options {
 	return Options{Size: 3, HeartbeatMS: 100, ElectionMS: 1000, LogLevel: "warn", ReadyTimeout: 30 * time.Second}
+}
+
+// ClientConfig is the clientv3 configuration of every client the harness
+// opens on an etcd-compatible cluster. With windowBytes > 0 the HTTP/2
+// stream and connection windows are fixed at that size, which turns gRPC-go's
+// BDP estimation off: with it on (clientv3's default), a client answers a
+// data frame that arrives while no estimate is running with a window update
+// and a PING the server must acknowledge, so in request/response traffic of
+// small messages nearly every response costs one more write on each side and
+// one more wake-up of each process. The harness keeps clientv3's default
+// (windowBytes 0), as users run it; -client-window sets one for every
+// system alike. bench/README.md ("Clients") has what it changed.
+func ClientConfig(endpoints []string, windowBytes int32) clientv3.Config {
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if windowBytes > 0 {
+		cfg.DialOptions = []grpc.DialOption{grpc.WithInitialWindowSize(windowBytes), grpc.WithInitialConnWindowSize(windowBytes)}
+	}
+	return cfg
 }
 
 type member struct {
@@ -59,6 +87,7 @@ type Cluster struct {
 	Endpoints []string // client URLs, member order
 	Leader    string   // client URL of the leader found by WaitReady
 	members   []*member
+	clientWin int32 // Options.ClientWindowBytes
 }
 
 // ErrExited is returned (wrapped) when a member process exits during start.
@@ -114,7 +143,7 @@ func start(ctx context.Context, sys System, dir string, o Options) (*Cluster, er
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Sys: sys, Dir: dir}
+	c := &Cluster{Sys: sys, Dir: dir, clientWin: o.ClientWindowBytes}
 	var initial string
 	c.members, initial = layout(dir, ports, o.Size)
 	for _, m := range c.members {
@@ -214,9 +243,15 @@ func tail(path string, n int) string {
 	return string(b)
 }
 
-// Client returns a clientv3 client on all endpoints.
+// ClientConfig is the configuration of the harness's clients on all
+// endpoints (the package-level ClientConfig with the cluster's window).
+func (c *Cluster) ClientConfig() clientv3.Config {
+	return ClientConfig(c.Endpoints, c.clientWin)
+}
+
+// Client returns a clientv3 client on all endpoints (ClientConfig).
 func (c *Cluster) Client() (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	return clientv3.New(c.ClientConfig())
 }
 
 // WaitReady waits until every member reports the same non-zero leader and a

@@ -18,7 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
-	"go.uber.org/zap"
 
 	"github.com/tenure-io/tenure/bench/internal/cluster"
 )
@@ -272,7 +271,7 @@ func (s *LockBench) factory(ctx context.Context, env *Env) (makeLocker, func(), 
 			}
 		}
 		for i := range clis {
-			c, err := clientv3.New(clientv3.Config{Endpoints: env.Cluster.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			c, err := clientv3.New(env.Cluster.ClientConfig())
 			if err != nil {
 				closeAll()
 				return nil, nil, err

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // WatchBench measures watch delivery: Watchers watches on one key, spread
@@ -72,7 +71,7 @@ func (s *WatchBench) Run(ctx context.Context, env *Env) (Result, error) {
 		}
 	}()
 	for i := range clis {
-		c, err := clientv3.New(clientv3.Config{Endpoints: env.Cluster.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		c, err := clientv3.New(env.Cluster.ClientConfig())
 		if err != nil {
 			return Result{}, err
 		}
