@@ -273,11 +273,15 @@ func TestTenureCluster(t *testing.T) {
 	dir := t.TempDir()
 	o := DefaultOptions()
 	o.ReadyTimeout = 20 * time.Second
+	o.ClientWindowBytes = FixedClientWindowBytes // the clients below run with it (-client-window)
 	c, err := Start(ctx, System{Label: "tenure", Kind: "tenure", Bin: bin, PreArgs: []string{"serve"}}, dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Stop()
+	if n := len(c.ClientConfig().DialOptions); n != 2 {
+		t.Errorf("the cluster's clients got %d dial options, want the two fixed windows of Options.ClientWindowBytes", n)
+	}
 	if len(c.Endpoints) != 3 || !slices.Contains(c.Endpoints, c.Leader) {
 		t.Fatalf("endpoints %v, leader %q", c.Endpoints, c.Leader)
 	}
