@@ -451,7 +451,6 @@ func TestNoGoroutineLeak(t *testing.T) {
 		ts.cancel()
 	}
 	eventually(t, "warm-up streams to end", func() bool { w, _ := e.hub.Stats(); return w == 0 })
-	time.Sleep(0) // nothing
 	base := runtime.NumGoroutine()
 
 	var streams []*tstream
