@@ -54,8 +54,19 @@ func newDeferCluster(t *testing.T, linger time.Duration) (*testCluster, []*defer
 	// Every member publishes its client URLs through raft after it starts;
 	// wait for those proposals so that only the test's own are in flight.
 	waitFor(t, 10*time.Second, "every member's published attributes, on every member", c.attrsPublished)
-	c.propose(c.leader(), []byte("barrier/0"))
+	l := c.leader()
+	c.propose(l, []byte("barrier/0"))
+	waitFor(t, 10*time.Second, "the leader to record as applied all it knows committed", leaderCaughtUp(c, l))
 	return c, sms
+}
+
+// leaderCaughtUp is a waitFor condition: member l has recorded as applied
+// every entry it knows committed, so it defers again (Node.deferrable).
+// A state machine sees an entry before that: the node records the index
+// once the entry's batch is in the store, so a test that proposes as soon as
+// its state machine saw the entry before can find the leader not deferring.
+func leaderCaughtUp(c *testCluster, l int) func() bool {
+	return func() bool { n := c.nodes[l]; return n.appliedIndex() >= n.commitSeen.Load() }
 }
 
 // A deferrable proposal waits on the leader — made there or forwarded by a
@@ -109,6 +120,7 @@ func TestDeferredProposalAloneAfterLinger(t *testing.T) {
 	}
 	// A follower does not defer: its proposal is forwarded at once, and
 	// the leader defers it.
+	waitFor(t, 10*time.Second, "the leader to record the lone proposal as applied", leaderCaughtUp(c, l))
 	f := (l + 1) % 3
 	if err := proposeOnce(c, f, "defer/forwarded"); err != nil {
 		t.Fatal(err)
@@ -156,6 +168,7 @@ func TestNoDeferralWhileCommittedEntriesAwaitApply(t *testing.T) {
 	locked = false
 	// Caught up, the leader defers again.
 	waitFor(t, 10*time.Second, "the leader to apply what it committed", sms[l].applied("defer/behind-pending"))
+	waitFor(t, 10*time.Second, "the leader to record it as applied", leaderCaughtUp(c, l))
 	if err := proposeOnce(c, l, "defer/caught-up"); err != nil {
 		t.Fatal(err)
 	}
