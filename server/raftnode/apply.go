@@ -58,6 +58,7 @@ func (n *Node) appliedWait() (uint64, <-chan struct{}) {
 }
 
 func (n *Node) setApplied(idx, term uint64) {
+	n.smApplied.Store(idx) // already there after an apply batch; a snapshot install sets it here
 	n.appliedMu.Lock()
 	n.applied, n.appliedTerm = idx, term
 	close(n.appliedCh)
@@ -146,6 +147,7 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 		panic(fmt.Sprintf("raftnode: commit apply batch: %v", err))
 	}
 	failpoint.Hit(failpoint.ApplyAfterCommit)
+	n.smApplied.Store(last)
 	if peersDirty {
 		if err := n.loadMembers(); err != nil {
 			n.log.Error("reload members", "err", err)

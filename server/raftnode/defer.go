@@ -39,9 +39,10 @@ type deferQueue struct {
 
 // deferrable reports whether data should wait in the deferred queue.
 //
-// Only while the leader has applied every entry it knows committed: the
-// deferrer judges by the applied state, and a committed entry not yet
-// applied may be the very release the proposal would wait for. A client
+// Only while the leader has applied every entry it knows committed
+// (smApplied, which its clients' answers never run ahead of): the deferrer
+// judges by the applied state, and a committed entry not yet applied may be
+// the very release the proposal would wait for. A client
 // that released a lock through a follower learns of it once the follower
 // applied the release, which can be before the leader did; its next
 // acquire then found the lock still held on the leader and, with nobody
@@ -49,7 +50,7 @@ type deferQueue struct {
 // p99 acquire was 6–7 ms against a p50 under 1 ms).
 func (n *Node) deferrable(data []byte) bool {
 	return n.deferrer != nil && len(data) > 0 && data[0] != internalPrefix && n.isLeader.Load() &&
-		n.appliedIndex() >= n.commitSeen.Load() && n.deferrer.Deferrable(data)
+		n.smApplied.Load() >= n.commitSeen.Load() && n.deferrer.Deferrable(data)
 }
 
 // deferEntry queues data and arms the linger timer if needed.

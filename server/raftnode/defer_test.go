@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,13 +61,38 @@ func newDeferCluster(t *testing.T, linger time.Duration) (*testCluster, []*defer
 	return c, sms
 }
 
-// leaderCaughtUp is a waitFor condition: member l has recorded as applied
-// every entry it knows committed, so it defers again (Node.deferrable).
-// A state machine sees an entry before that: the node records the index
-// once the entry's batch is in the store, so a test that proposes as soon as
-// its state machine saw the entry before can find the leader not deferring.
+// leaderCaughtUp is a waitFor condition: member l counts as applied every
+// entry it knows committed, so it defers again (Node.deferrable). A test
+// state machine sees an entry in ApplyEntry, before its batch is in the
+// store and the node counts it, so a test that proposes as soon as it saw
+// the entry before can find the leader not deferring.
 func leaderCaughtUp(c *testCluster, l int) func() bool {
-	return func() bool { n := c.nodes[l]; return n.appliedIndex() >= n.commitSeen.Load() }
+	return func() bool { n := c.nodes[l]; return n.smApplied.Load() >= n.commitSeen.Load() }
+}
+
+// A caller answered from the state machine's Committed — as the lock
+// service answers an Unlock — that proposes again at once finds the leader
+// deferring: the leader counts the batch applied before Committed runs, not
+// after (when it moves the index that read-index waiters wait for).
+func TestDeferrableWhenCommittedAnswers(t *testing.T) {
+	c, sms := newDeferCluster(t, time.Hour)
+	l := c.leader()
+	var verdict atomic.Int32 // 0: not asked yet, 1: would defer, 2: would not
+	hook := func() {
+		if verdict.Load() == 0 && sms[l].hasSeen("barrier/answered") {
+			v := int32(2)
+			if c.nodes[l].deferrable([]byte("defer/right-after")) {
+				v = 1
+			}
+			verdict.Store(v)
+		}
+	}
+	sms[l].onCommitted.Store(&hook)
+	c.propose(l, []byte("barrier/answered"))
+	waitFor(t, 10*time.Second, "Committed of the batch holding the barrier", func() bool { return verdict.Load() != 0 })
+	if verdict.Load() != 1 {
+		t.Fatal("in Committed of the batch that applied everything it knew committed, the leader would not defer a deferrable proposal")
+	}
 }
 
 // A deferrable proposal waits on the leader — made there or forwarded by a

@@ -48,10 +48,17 @@ type Node struct {
 	deferrer ProposalDeferrer // the StateMachine, when it implements it
 	deferred deferQueue       // the leader's deferred proposals (defer.go)
 	// commitSeen is the highest commit index a Ready has carried (set
-	// before that Ready's messages leave); while the applied index is
-	// below it, the state machine has not yet seen every committed entry.
+	// before that Ready's messages leave); while smApplied is below it,
+	// the state machine has not yet seen every committed entry.
 	commitSeen atomic.Uint64
-	props      propBuffer // the leader's proposals, stepped once per Ready (propbuf.go)
+	// smApplied is the last index whose effects are in the store and in the
+	// state machine: set once an apply batch commits, before Committed
+	// publishes its results (the applied index, which releases read-index
+	// waiters, moves after Committed). A client answered by Committed that
+	// proposes again at once must find it there, or the leader would not
+	// defer its proposal (defer.go).
+	smApplied atomic.Uint64
+	props     propBuffer // the leader's proposals, stepped once per Ready (propbuf.go)
 
 	clusterID atomic.Uint64
 	lastIndex uint64 // last raft log index on disk; Ready loop only
@@ -321,6 +328,7 @@ func (n *Node) loadApplied() error {
 	if n.applied, err = storage.GetU64(n.db, storage.KeyAppliedIndex); err != nil {
 		return err
 	}
+	n.smApplied.Store(n.applied)
 	if n.appliedTerm, err = storage.GetU64(n.db, storage.KeyAppliedTerm); err != nil {
 		return err
 	}
