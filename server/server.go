@@ -73,9 +73,34 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+		m.Stop()
+		return nil
+	case <-m.node.Removed():
+	}
+	// Removed from the cluster (raftnode logged how it learnt it). As etcd
+	// does, the member stops: nothing it could answer would be true. The
+	// grace lets the answer to a MemberRemove that this member itself
+	// served leave, and a leader that applied its own removal pass the
+	// commit on.
+	err = removedHint(raftnode.ErrMemberRemoved, cfg.DataDir)
+	lg.Error("stopping", "err", err)
+	select {
+	case <-ctx.Done():
+	case <-time.After(removedGrace):
+	}
 	m.Stop()
-	return nil
+	return err
+}
+
+// removedGrace is how long a member that learnt it was removed keeps
+// serving before it stops (etcd waits 10 heartbeats of 100 ms).
+const removedGrace = time.Second
+
+// removedHint says what an operator does about a removed member.
+func removedHint(err error, dataDir string) error {
+	return fmt.Errorf("%w; the data-dir used by this member must be removed (%s): to bring it back, add it again with 'etcdctl member add' and start it on an empty data-dir with --initial-cluster-state existing", err, dataDir)
 }
 
 // Member is a running Tenure member.
@@ -224,6 +249,9 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			}
 		},
 	})
+	if errors.Is(err, raftnode.ErrMemberRemoved) {
+		return nil, removedHint(err, cfg.DataDir)
+	}
 	if err != nil {
 		return nil, err
 	}

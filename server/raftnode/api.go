@@ -23,6 +23,9 @@ var (
 	// ErrBadLeaderTransferee: TransferLeadership to a member that does not
 	// exist or is a learner (etcd answers MoveLeader the same way).
 	ErrBadLeaderTransferee = errors.New("tenure: bad leader transferee")
+	// ErrMemberRemoved: this member was removed from the cluster (etcd's
+	// wording). Its raft state can never rejoin: member IDs are not reused.
+	ErrMemberRemoved = errors.New("tenure: the member has been permanently removed from the cluster")
 )
 
 // StateMachine is the deterministic state machine the node feeds. All calls

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -81,6 +82,7 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 		ccDone     []ccResult
 		smTouched  bool
 		peersDirty bool
+		selfGone   bool // this batch removes this member
 	)
 	for _, e := range ents {
 		idx := e.GetIndex()
@@ -99,6 +101,11 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 				n.log.Error("apply conf change", "index", idx, "err", err)
 			}
 			peersDirty = true
+			for _, c := range cc.AsV2().GetChanges() {
+				if c.GetType() == raftpb.ConfChangeRemoveNode && c.GetNodeId() == n.id {
+					selfGone = true
+				}
+			}
 			if v1, isV1 := cc.AsV1(); isV1 && v1.GetId() != 0 {
 				ccDone = append(ccDone, ccResult{id: v1.GetId()})
 			}
@@ -165,6 +172,9 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 			delete(n.ccWaiters, r.id)
 		}
 		n.ccMu.Unlock()
+	}
+	if selfGone {
+		n.markRemoved("index", last)
 	}
 }
 
@@ -289,7 +299,7 @@ func writeMember(b *pebble.Batch, m *Member) error {
 	return b.Set(memberKey(m.ID), v, nil)
 }
 
-// loadMembers reloads the member map from the store.
+// loadMembers reloads the member map and the removed IDs from the store.
 func (n *Node) loadMembers() error {
 	lo := []byte{storage.PrefixMembers}
 	it, err := n.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: []byte{storage.PrefixMembers + 1}})
@@ -298,8 +308,14 @@ func (n *Node) loadMembers() error {
 	}
 	defer it.Close()
 	ms := map[uint64]*Member{}
+	removed := map[uint64]bool{}
 	for it.First(); it.Valid(); it.Next() {
-		if len(it.Key()) != 9 {
+		k := it.Key()
+		if len(k) == 10 && k[9] == 'r' {
+			removed[binary.BigEndian.Uint64(k[1:9])] = true
+			continue
+		}
+		if len(k) != 9 {
 			continue
 		}
 		m := &Member{}
@@ -308,19 +324,21 @@ func (n *Node) loadMembers() error {
 		}
 		ms[m.ID] = m
 	}
+	if err := it.Error(); err != nil {
+		return err
+	}
 	n.membersMu.Lock()
-	n.members = ms
+	n.members, n.removedIDs = ms, removed
 	n.membersMu.Unlock()
-	return it.Error()
+	return nil
 }
 
+// isRemoved reports whether id was removed, as of the last loadMembers. It
+// reads memory only: transports ask it, also while the store is closing.
 func (n *Node) isRemoved(id uint64) bool {
-	_, closer, err := n.db.Get(removedKey(id))
-	if err != nil {
-		return false
-	}
-	closer.Close()
-	return true
+	n.membersMu.RLock()
+	defer n.membersMu.RUnlock()
+	return n.removedIDs[id]
 }
 
 // syncPeers makes the transport's peer set match the member map.

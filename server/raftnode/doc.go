@@ -96,12 +96,20 @@
 //     queued for it; the rest waits, bounded, for a writer goroutine. The
 //     acceptor checks the cluster and member IDs and steps what it reads.
 //
+//   - A removed member learns it either by applying its own removal or, if
+//     it never saw that committed, from a peer: an acceptor refuses the
+//     stream of a member it has applied the removal of (hello answer 2), and
+//     RemovePeer closes that member's open streams so it redials and is
+//     refused. Either way Node.Removed is closed and logged; the owner stops
+//     the node. New refuses a store whose member applied its own removal
+//     (ErrMemberRemoved).
+//
 // Observability: Config.Observer receives disk sync, apply and snapshot-send
 // timings (hot paths: callbacks must be cheap); syncs and applies over 100 ms
 // are logged ("slow fdatasync", "apply request took too long"). TLS for the
 // peer transport comes in through Config.PeerTLS.
 //
-// Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrProposalDropped,
+// Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrMemberRemoved, ErrProposalDropped,
 // ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,
 // ErrNotLearner, ErrTooManyLearners, ErrNotLeader (PromoteMember off-leader),
 // ErrBadLeaderTransferee (TransferLeadership to an unknown member or a learner).

@@ -104,6 +104,12 @@ func (nw *MemNetwork) Transport(id uint64, urls []string) Transport {
 	return &memTransport{nw: nw, id: id}
 }
 
+func (nw *MemNetwork) handler(id uint64) Handler {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.handlers[id]
+}
+
 // verdict decides the fate of one message on from → to.
 func (nw *MemNetwork) verdict(from, to uint64) (h Handler, delay time.Duration, ok bool) {
 	nw.mu.Lock()
@@ -195,6 +201,13 @@ func (t *memTransport) deliver(to uint64, q chan *raftpb.Message) {
 		case m := <-q:
 			h, d, ok := t.nw.verdict(t.id, to)
 			if !ok {
+				continue
+			}
+			if h.IsRemoved(t.id) {
+				// As the raft stream's acceptor does: refused, and told why.
+				if self := t.nw.handler(t.id); self != nil {
+					self.ReportRemoved(to)
+				}
 				continue
 			}
 			t.nw.tapped(m)

@@ -90,6 +90,7 @@ type Node struct {
 	knownPeers   map[uint64]bool
 	membersMu    sync.RWMutex
 	members      map[uint64]*Member
+	removedIDs   map[uint64]bool // members removed from the cluster (membersMu)
 	ccMu         sync.Mutex
 	ccWaiters    map[uint64]chan error
 	ccSeq        atomic.Uint64
@@ -108,6 +109,8 @@ type Node struct {
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	stopc        chan struct{}
+	removedc     chan struct{} // closed once this member learns it was removed
+	removedOnce  sync.Once
 	wg           sync.WaitGroup
 	started      atomic.Bool
 	attrsApplied atomic.Bool
@@ -143,6 +146,7 @@ func New(cfg Config) (*Node, error) {
 		readc:      make(chan struct{}, 1),
 		readStatec: make(chan raft.ReadState, 64),
 		stopc:      make(chan struct{}),
+		removedc:   make(chan struct{}),
 	}
 	n.deferrer, _ = cfg.StateMachine.(ProposalDeferrer)
 	p, err := loadRaftState(cfg.DB)
@@ -171,6 +175,11 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.New("raftnode: store has raft state but no member ID")
 		}
 		n.id = storedID
+		if n.isRemoved(n.id) {
+			// It applied its own removal before it stopped: starting would
+			// only campaign at peers that refuse it.
+			return nil, fmt.Errorf("%w (member %x)", ErrMemberRemoved, n.id)
+		}
 		if err := n.adoptInstalledSnapshot(p); err != nil {
 			return nil, err
 		}
@@ -960,6 +969,30 @@ func (n *Node) ReportUnreachable(id uint64) {
 	if n.started.Load() {
 		n.rn.ReportUnreachable(id)
 	}
+}
+
+// IsRemoved reports whether member id was removed from the cluster (as far
+// as this member has applied).
+func (n *Node) IsRemoved(id uint64) bool { return n.isRemoved(id) }
+
+// ReportRemoved is the transport telling this member that peer refused it
+// as removed: it never applied its own removal (it was cut off or down when
+// the cluster removed it), so it learns it from the members that did.
+func (n *Node) ReportRemoved(peer uint64) {
+	n.markRemoved("peer", fmt.Sprintf("%x", peer))
+}
+
+// Removed is closed once this member learns that it was removed from the
+// cluster, by applying its own removal or from a peer that refused it. A
+// removed member can do nothing useful: its owner stops it (ErrMemberRemoved).
+func (n *Node) Removed() <-chan struct{} { return n.removedc }
+
+func (n *Node) markRemoved(how ...any) {
+	n.removedOnce.Do(func() {
+		n.log.Error("the member has been permanently removed from the cluster",
+			append([]any{"id", fmt.Sprintf("%x", n.id)}, how...)...)
+		close(n.removedc)
+	})
 }
 
 // MembersInfo answers the Members peer RPC.

@@ -101,8 +101,9 @@ type PeerTransport struct {
 	id    uint64
 	h     Handler
 	peers map[uint64]*streamPeer
-	// accepted holds the raft streams being served, closed at Stop.
-	accepted map[net.Conn]struct{}
+	// accepted holds the raft streams being served, closed at Stop, with
+	// the sending member's ID once its hello is read (0 before).
+	accepted map[net.Conn]uint64
 	ready    chan struct{} // closed by Start
 	// ctx is the context raft messages are processed under; cancelled by Stop.
 	ctx       context.Context
@@ -133,7 +134,7 @@ func NewPeerTransport(cfg PeerTransportConfig) *PeerTransport {
 		cfg.MaxMessageBytes = 8 << 20
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &PeerTransport{cfg: cfg, log: cfg.Logger, peers: map[uint64]*streamPeer{}, accepted: map[net.Conn]struct{}{},
+	return &PeerTransport{cfg: cfg, log: cfg.Logger, peers: map[uint64]*streamPeer{}, accepted: map[net.Conn]uint64{},
 		ready: make(chan struct{}), stopc: make(chan struct{}), ctx: ctx, cancelCtx: cancel, grpcConns: map[uint64]*grpc.ClientConn{}}
 }
 
@@ -177,6 +178,12 @@ func (t *PeerTransport) Start(id uint64, h Handler) error {
 func (t *PeerTransport) reportUnreachable(id uint64) {
 	if h := t.h; h != nil {
 		go h.ReportUnreachable(id)
+	}
+}
+
+func (t *PeerTransport) reportRemoved(by uint64) {
+	if h := t.h; h != nil {
+		h.ReportRemoved(by)
 	}
 }
 
@@ -352,6 +359,13 @@ func (t *PeerTransport) RemovePeer(id uint64) {
 		p.cancel()
 		delete(t.peers, id)
 		t.dropGRPCConn(id)
+	}
+	// Its streams to this member go too: a removed member that never
+	// applied its removal learns it only when it redials and is refused.
+	for c, from := range t.accepted {
+		if from == id {
+			_ = c.Close()
+		}
 	}
 }
 

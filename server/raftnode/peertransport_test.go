@@ -24,6 +24,8 @@ type recordingHandler struct {
 	got         chan struct{} // signalled on every delivery
 	gate        chan struct{} // when non-nil, Process waits for it to close
 	unreachable atomic.Uint64 // ReportUnreachable calls
+	removedIDs  sync.Map      // IsRemoved answers true for these
+	removedBy   atomic.Uint64 // the peer of the last ReportRemoved
 }
 
 func newRecorder() *recordingHandler {
@@ -49,6 +51,11 @@ func (h *recordingHandler) ReceiveSnapshot(context.Context, *raftpb.Message, Sna
 }
 func (h *recordingHandler) ReportUnreachable(uint64)        { h.unreachable.Add(1) }
 func (h *recordingHandler) MembersInfo() (uint64, []Member) { return h.cluster, nil }
+func (h *recordingHandler) IsRemoved(id uint64) bool {
+	_, ok := h.removedIDs.Load(id)
+	return ok
+}
+func (h *recordingHandler) ReportRemoved(peer uint64) { h.removedBy.Store(peer) }
 
 func (h *recordingHandler) received() []*raftpb.Message {
 	h.mu.Lock()

@@ -186,5 +186,8 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata, next SnapshotReade
 	n.syncPeers()
 	n.snapIndex = meta.GetIndex()
 	n.setApplied(meta.GetIndex(), meta.GetTerm())
+	if n.isRemoved(n.id) {
+		n.markRemoved("snapshot", meta.GetIndex())
+	}
 	return nil
 }

@@ -39,7 +39,8 @@ import (
 // Wire format, after TLS when the peer URL is https:
 //
 //	dialer → acceptor  streamMagic, then cluster ID, sender ID, receiver ID (uint64 big-endian each)
-//	acceptor → dialer  one byte: 0 = accepted; 1 = refused, then a uint16 big-endian length and the reason
+//	acceptor → dialer  one byte: 0 = accepted; 1 = refused, or 2 = refused because the dialer
+//	                   was removed from the cluster; after 1 or 2, a uint16 big-endian length and the reason
 //	dialer → acceptor  frames: a uint32 big-endian length, then a message batch (encodeBatch's format)
 //
 // The acceptor writes nothing after its answer; the dialer reads only to
@@ -60,7 +61,19 @@ const (
 	streamMaxPending = 32 << 20
 )
 
-var errStreamRefused = errors.New("raftnode: peer refused the raft stream")
+var (
+	errStreamRefused = errors.New("raftnode: peer refused the raft stream")
+	// errRemovedByPeer: the peer refused the stream because it has applied
+	// this member's removal.
+	errRemovedByPeer = errors.New("raftnode: peer refused the raft stream: this member was removed from the cluster")
+)
+
+// Hello answers (the acceptor's first byte).
+const (
+	helloAccepted = 0
+	helloRefused  = 1
+	helloRemoved  = 2
+)
 
 // encodeFrames appends msgs to dst as frames of at most budget bytes of
 // batch each (a single larger message travels alone in its own frame).
@@ -300,7 +313,9 @@ func (p *streamPeer) run() {
 	for p.ctx.Err() == nil {
 		conn, err := p.dial()
 		if err != nil {
-			if errors.Is(err, errStreamRefused) {
+			if errors.Is(err, errRemovedByPeer) {
+				p.t.reportRemoved(p.id)
+			} else if errors.Is(err, errStreamRefused) {
 				p.t.log.Warn("peer refused the raft stream", "peer", fmt.Sprintf("%x", p.id), "err", err)
 			} else {
 				p.t.log.Debug("dialing peer failed", "peer", fmt.Sprintf("%x", p.id), "err", err)
@@ -361,7 +376,7 @@ func (p *streamPeer) dial() (net.Conn, error) {
 			return conn, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", u, err))
-		if errors.Is(err, errStreamRefused) {
+		if errors.Is(err, errStreamRefused) || errors.Is(err, errRemovedByPeer) {
 			break
 		}
 	}
@@ -410,7 +425,7 @@ func (p *streamPeer) dialURL(u string) (net.Conn, error) {
 		_ = conn.Close()
 		return nil, err
 	}
-	if status[0] != 0 {
+	if status[0] != helloAccepted {
 		var l [2]byte
 		reason := "(no reason given)"
 		if _, err := io.ReadFull(conn, l[:]); err == nil {
@@ -420,6 +435,9 @@ func (p *streamPeer) dialURL(u string) (net.Conn, error) {
 			}
 		}
 		_ = conn.Close()
+		if status[0] == helloRemoved {
+			return nil, errRemovedByPeer
+		}
 		return nil, fmt.Errorf("%w: %s", errStreamRefused, reason)
 	}
 	_ = conn.SetDeadline(time.Time{})
@@ -443,7 +461,7 @@ func (t *PeerTransport) serveStreams(l net.Listener) error {
 			continue
 		default:
 		}
-		t.accepted[c] = struct{}{}
+		t.accepted[c] = 0
 		t.wg.Add(1)
 		t.mu.Unlock()
 		go t.serveStream(c)
@@ -451,11 +469,13 @@ func (t *PeerTransport) serveStreams(l net.Listener) error {
 }
 
 // refuse answers a hello with the reason the stream is not accepted.
-func refuse(c net.Conn, reason string) {
+func refuse(c net.Conn, reason string) { refuseWith(c, helloRefused, reason) }
+
+func refuseWith(c net.Conn, status byte, reason string) {
 	if len(reason) > 1024 {
 		reason = reason[:1024]
 	}
-	b := []byte{1, byte(len(reason) >> 8), byte(len(reason))}
+	b := []byte{status, byte(len(reason) >> 8), byte(len(reason))}
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Write(append(b, reason...))
 }
@@ -494,6 +514,17 @@ func (t *PeerTransport) serveStream(c net.Conn) {
 	}
 	if to != t.id {
 		refuse(c, fmt.Sprintf("member ID mismatch: this is member %x, the sender dialed %x", t.id, to))
+		return
+	}
+	// Recorded before the removal check: RemovePeer, which runs after the
+	// removal is in the store, then finds this stream if the check missed it.
+	t.mu.Lock()
+	if _, open := t.accepted[c]; open {
+		t.accepted[c] = from
+	}
+	t.mu.Unlock()
+	if h.IsRemoved(from) {
+		refuseWith(c, helloRemoved, fmt.Sprintf("member %x was removed from the cluster", from))
 		return
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(streamHandshakeTimeout))

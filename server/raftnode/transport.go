@@ -26,6 +26,12 @@ type Handler interface {
 	ReceiveSnapshot(ctx context.Context, m *raftpb.Message, next SnapshotReader) error
 	// ReportUnreachable tells raft a peer could not be reached.
 	ReportUnreachable(id uint64)
+	// IsRemoved reports whether member id was removed from the cluster;
+	// transports refuse its streams and tell it so.
+	IsRemoved(id uint64) bool
+	// ReportRemoved tells the local member that peer refused it as a member
+	// removed from the cluster.
+	ReportRemoved(peer uint64)
 	// MembersInfo answers the Members RPC.
 	MembersInfo() (clusterID uint64, members []Member)
 }

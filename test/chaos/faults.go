@@ -365,9 +365,7 @@ func (s *scheduler) replace() {
 		}
 		s.r.logf("replace: member remove of %x: %v (it is gone anyway)", id, err)
 	}
-	if c.Running(i) {
-		c.Kill(i)
-	} else {
+	if c.KillIfRunning(i) {
 		s.r.logf("replace: removed member %d exited by itself with code %d", i, c.ExitCode(i))
 	}
 	for {

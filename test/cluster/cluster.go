@@ -339,6 +339,19 @@ func (c *Cluster) Kill(i int) {
 	<-done
 }
 
+// KillIfRunning kills member i unless its process has ended on its own (a
+// removed member stops by itself), and waits for it to exit; it reports
+// whether the process had ended before the kill.
+func (c *Cluster) KillIfRunning(i int) (exitedByItself bool) {
+	c.t.Helper()
+	done, err := c.signal(i, syscall.SIGKILL)
+	if done == nil {
+		c.t.Fatalf("kill member %d: it never started", i)
+	}
+	<-done
+	return err != nil
+}
+
 // Stop sends SIGTERM to member i and waits (up to 10s, then SIGKILL) for it
 // to exit; returns its exit code.
 func (c *Cluster) Stop(i int) int {

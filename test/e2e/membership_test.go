@@ -223,7 +223,12 @@ func TestMembershipAddPromoteRemoveUnderLoad(t *testing.T) {
 	if out, err := c.Etcdctl(ctx, "member", "remove", fmt.Sprintf("%x", leaderID)); err != nil {
 		t.Fatalf("member remove leader m%d: %v\n%s", l, err, out)
 	}
-	c.Kill(l)
+	// A removed member stops by itself (TestRemovedMemberStops).
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	if _, err := c.WaitExit(wctx, l); err != nil {
+		t.Fatalf("the removed leader m%d did not stop: %v", l, err)
+	}
+	wcancel()
 	var rest []string
 	for i := range c.Members {
 		if i != l {
@@ -274,4 +279,92 @@ func TestMembershipAddPromoteRemoveUnderLoad(t *testing.T) {
 		return nil
 	})
 	t.Logf("%d writes acknowledged (%d failed during membership changes), none lost", len(acked), errs)
+}
+
+// A removed member stops by itself, with etcd's log line, whether it
+// applied its own removal or was paused (SIGSTOP) while the cluster removed
+// it and learns it from its peers when it resumes; started again on its old
+// data-dir it stops again instead of campaigning forever while its clients
+// time out. The members that stay keep serving.
+func TestRemovedMemberStops(t *testing.T) {
+	c := start(t, cluster.Options{})
+	ctx := testCtx(t, 180*time.Second)
+	l, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, paused := (l+1)%3, (l+2)%3
+	ids := map[int]uint64{}
+	for _, i := range []int{live, paused} {
+		id, err := memberIDByName(ctx, c.Client(l), c.Members[i].Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	removeThroughLeader := func(i int) {
+		t.Helper()
+		// etcd refuses to remove a member whose stream went quiet less than
+		// its health interval (5 s) ago ("unhealthy cluster"): retried.
+		eventually(t, 30*time.Second, fmt.Sprintf("member remove m%d", i), func() error {
+			out, err := c.Etcdctl(ctx, "--endpoints="+c.Endpoint(l), "member", "remove", fmt.Sprintf("%x", ids[i]))
+			if err != nil {
+				return fmt.Errorf("%v\n%s", err, out)
+			}
+			return nil
+		})
+	}
+	const removedLine = "the member has been permanently removed from the cluster"
+	waitStopped := func(i int, how string) {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		code, err := c.WaitExit(wctx, i)
+		if err != nil {
+			t.Fatalf("removed member m%d (%s) did not stop by itself: %v", i, how, err)
+		}
+		b, _ := os.ReadFile(c.Members[i].LogPath)
+		if !strings.Contains(string(b), removedLine) {
+			t.Fatalf("removed member m%d (%s) stopped (code %d) without logging %q", i, how, code, removedLine)
+		}
+		if c.Opts.Binary == cluster.Tenure {
+			if code != 1 {
+				t.Fatalf("removed member m%d (%s) exited with code %d, want 1", i, how, code)
+			}
+			if !strings.Contains(string(b), "the data-dir used by this member must be removed") {
+				t.Fatalf("removed member m%d (%s) does not say what to do with its data-dir", i, how)
+			}
+		}
+		t.Logf("m%d (%s) stopped by itself, exit code %d", i, how, code)
+	}
+
+	// Paused while the cluster removes it: it cannot apply its removal.
+	c.Pause(paused)
+	removeThroughLeader(paused)
+	c.Resume(paused)
+	waitStopped(paused, "paused during its removal")
+
+	// Running: it applies its own removal.
+	removeThroughLeader(live)
+	waitStopped(live, "applied its own removal")
+
+	// Started again on their data-dirs: each learns it is removed and stops.
+	for _, i := range []int{live, paused} {
+		if err := os.Truncate(c.Members[i].LogPath, 0); err != nil {
+			t.Fatal(err)
+		}
+		c.Restart(i)
+		waitStopped(i, "restarted on its old data-dir")
+	}
+
+	// The one member left is the whole cluster now.
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := c.Client(l).Put(pctx, "/members/after-removals", "ok"); err != nil {
+		t.Fatalf("write to the member left: %v", err)
+	}
+	ml, err := c.Client(l).MemberList(pctx)
+	if err != nil || len(ml.Members) != 1 {
+		t.Fatalf("member list after removing two members: %v %v", ml, err)
+	}
 }
