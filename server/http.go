@@ -28,8 +28,14 @@ import (
 //	/livez    the process is up
 //	/readyz   the member has a leader and has applied what it committed
 //	/metrics  Prometheus, names prefixed tenure_
-func (m *Member) httpHandler(withPprof bool) http.Handler {
+//	/v3/      etcd's gRPC gateway (JSON over HTTP), when gateway is not nil:
+//	          the client URLs only
+func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if gateway != nil {
+		mux.Handle("/v3/", gateway)
+		mux.Handle("/v3beta/", gateway)
+	}
 	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 		defer cancel()

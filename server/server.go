@@ -120,6 +120,7 @@ type Member struct {
 	ap       *apply.Applier
 	grpcs    []*grpc.Server
 	https    []*http.Server
+	gateway  *gateway
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -321,6 +322,14 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	node.RegisterPeerService(peerSrv)
 	mem.grpcs = []*grpc.Server{clientSrv, peerSrv}
 
+	gway, err := newGateway(context.Background())
+	if err != nil {
+		return nil, fmt.Errorf("grpc gateway: %w", err)
+	}
+	closers = append(closers, gway.close)
+	mem.gateway = gway
+	mem.serve(clientSrv, gway.lis)
+
 	var lis []net.Listener
 	closeLis := func() {
 		for _, l := range lis {
@@ -355,7 +364,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpcL := mux.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 		httpL := mux.Match(cmux.Any())
 		mem.serve(clientSrv, grpcL)
-		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof), httpL)
+		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gway), httpL)
 		mem.wg.Add(1)
 		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
 	}
@@ -366,7 +375,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			return nil, fmt.Errorf("--listen-metrics-urls: %w", lerr)
 		}
 		lis = append(lis, l)
-		mem.serveHTTP(mem.httpHandler(false), l)
+		mem.serveHTTP(mem.httpHandler(false, nil), l)
 	}
 	node.Start()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -467,6 +476,7 @@ func (m *Member) Stop() {
 		for _, h := range m.https {
 			_ = h.Close()
 		}
+		m.gateway.close()
 		m.locks.Close() // background deletes of departed waiters' keys
 		m.node.Stop()
 		m.wg.Wait()
