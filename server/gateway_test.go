@@ -10,6 +10,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // gwPost posts body to the gateway path and decodes the JSON answer.
@@ -98,5 +104,25 @@ func TestGatewayServesTheV3APIAsJSON(t *testing.T) {
 	gwPost(t, base, "/v3/kv/put", `{"key":"`+b64("foo")+`","value":"`+b64("baz")+`"}`)
 	if !lines.Scan() || !strings.Contains(lines.Text(), b64("baz")) {
 		t.Fatalf("watch: no event for the put: %q, %v", lines.Text(), lines.Err())
+	}
+}
+
+// The standard gRPC health service answers on the client port, as etcd's.
+func TestGRPCHealthService(t *testing.T) {
+	_, cfg := startSingleConfig(t)
+	conn, err := grpc.NewClient(strings.TrimPrefix(cfg.AdvertiseClientURLs[0], "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := healthpb.NewHealthClient(conn)
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("Check: %v %v, want SERVING", resp, err)
+	}
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "no.such.Service"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("Check of an unknown service: %v, want NotFound", err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/tenure-io/tenure/server/api"
@@ -121,6 +122,7 @@ type Member struct {
 	grpcs    []*grpc.Server
 	https    []*http.Server
 	gateway  *gateway
+	health   *health.Server
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	stopOnce sync.Once
@@ -317,6 +319,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	// Server reflection lets grpcurl and similar tools describe and call
 	// every service, etcd's and tenure.v1, without a copy of the protos.
 	registerReflection(clientSrv)
+	mem.health = registerHealth(clientSrv)
 	peerSrv := grpc.NewServer(append(raftnode.PeerServerOptions(),
 		grpc.MaxRecvMsgSize(math.MaxInt32), grpc.MaxSendMsgSize(math.MaxInt32))...)
 	node.RegisterPeerService(peerSrv)
@@ -469,6 +472,7 @@ func (m *Member) Node() *raftnode.Node { return m.node }
 // Stop shuts the member down: listeners first, then raft, then the store.
 func (m *Member) Stop() {
 	m.stopOnce.Do(func() {
+		m.health.Shutdown() // NOT_SERVING to health watchers before the port closes
 		m.cancel()
 		for _, g := range m.grpcs {
 			g.Stop()
