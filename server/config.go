@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"time"
+
+	"github.com/tenure-io/tenure/server/compactor"
 )
 
 // Config is everything `tenure serve` takes. Field names follow etcd's flags
@@ -36,6 +38,12 @@ type Config struct {
 	// this long and send them merged (docs/architecture.md, "Thrifty
 	// replication"); 0 turns it off. Default DefaultThriftyReplication.
 	ThriftyReplication time.Duration
+	// AutoCompactionMode (--auto-compaction-mode: periodic | revision) and
+	// AutoCompactionRetention (--auto-compaction-retention: a duration or
+	// hours in periodic mode, revisions in revision mode; "0" = off), as
+	// etcd's (server/compactor).
+	AutoCompactionMode      string
+	AutoCompactionRetention string
 
 	// Client TLS (https:// client URLs), etcd's flags.
 	ClientTLS TLSInfo // --cert-file, --key-file, --trusted-ca-file, --client-cert-auth
@@ -117,6 +125,8 @@ func DefaultConfig() Config {
 		LeaseExpiryRate:             DefaultLeaseExpiryRate,
 		WatchProgressNotifyInterval: DefaultWatchProgressNotify,
 		ThriftyReplication:          DefaultThriftyReplication,
+		AutoCompactionMode:          compactor.ModePeriodic,
+		AutoCompactionRetention:     "0",
 	}
 }
 

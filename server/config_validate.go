@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tenure-io/tenure/server/compactor"
 	"github.com/tenure-io/tenure/server/raftnode"
 )
 
@@ -360,6 +361,9 @@ func (c *Config) Validate() error {
 	}
 	if cc.LeaseExpiryRate < 0 {
 		add("--lease-expiry-rate", "must be > 0 revocations per second, got %d", cc.LeaseExpiryRate)
+	}
+	if _, err := compactor.Parse(cc.AutoCompactionMode, cc.AutoCompactionRetention); err != nil {
+		errs = append(errs, err) // it names its flag
 	}
 	if cc.ThriftyReplication < 0 || cc.ThriftyReplication > raftnode.MaxThriftyDelay {
 		add("--thrifty-replication", "must be between 0 (off) and %v, got %v", raftnode.MaxThriftyDelay, cc.ThriftyReplication)

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/soheilhy/cmux"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/apply"
+	"github.com/tenure-io/tenure/server/compactor"
 	"github.com/tenure-io/tenure/server/lease"
 	"github.com/tenure-io/tenure/server/lock"
 	"github.com/tenure-io/tenure/server/mvcc"
@@ -92,6 +94,25 @@ func Run(ctx context.Context, cfg Config) error {
 	case <-time.After(removedGrace):
 	}
 	m.Stop()
+	return err
+}
+
+// compactTarget is what the automatic compactor works on.
+type compactTarget struct {
+	node *raftnode.Node
+	kv   *mvcc.Store
+	edge *api.Server
+}
+
+func (t compactTarget) Rev() int64 { return t.kv.Rev() }
+
+func (t compactTarget) IsLeader() bool {
+	lead, _ := t.node.LeaderTerm()
+	return lead != 0 && lead == t.node.ID()
+}
+
+func (t compactTarget) Compact(ctx context.Context, rev int64) error {
+	_, err := t.edge.Compact(ctx, &pb.CompactionRequest{Revision: rev})
 	return err
 }
 
@@ -388,6 +409,13 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		defer mem.wg.Done()
 		ap.RunLeaseLoop(ctx, apply.LeaseLoopConfig{CheckpointInterval: cfg.LeaseCheckpointInterval, MaxExpiriesPerSecond: cfg.LeaseExpiryRate})
 	}()
+	if cc, _ := compactor.Parse(cfg.AutoCompactionMode, cfg.AutoCompactionRetention); cc != nil { // validated
+		c := compactor.New(*cc, compactTarget{node: node, kv: kv, edge: edge}, lg, func(err error) bool {
+			return errors.Is(err, rpctypes.ErrGRPCCompacted)
+		})
+		mem.wg.Add(1)
+		go func() { defer mem.wg.Done(); c.Run(ctx) }()
+	}
 	lg.Info("serving", "name", cfg.Name, "member-id", fmt.Sprintf("%x", node.ID()),
 		"cluster-id", fmt.Sprintf("%x", node.ClusterID()), "client-urls", cfg.ListenClientURLs,
 		"peer-urls", cfg.ListenPeerURLs, "data-dir", cfg.DataDir)

@@ -31,9 +31,12 @@ func startSingle(t *testing.T) *clientv3.Client {
 
 // startSingleConfig starts a single-member server and returns a client and
 // the member's configuration (its URLs).
-func startSingleConfig(t *testing.T) (*clientv3.Client, Config) {
+func startSingleConfig(t *testing.T, tweaks ...func(*Config)) (*clientv3.Client, Config) {
 	t.Helper()
 	cfg := DefaultConfig()
+	for _, f := range tweaks {
+		f(&cfg)
+	}
 	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	cfg.DataDir = t.TempDir()

@@ -90,6 +90,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.Var(urlList{&c.ListenMetricsURLs}, "listen-metrics-urls", "comma-separated URLs to serve /metrics, /livez and /readyz on (in addition to the client URLs)")
 	fs.DurationVar(&c.LeaseCheckpointInterval, "lease-checkpoint-interval", c.LeaseCheckpointInterval, "how often the leader records remaining lease TTLs through raft; a leader change may extend a lease by at most this much")
 	fs.IntVar(&c.LeaseExpiryRate, "lease-expiry-rate", c.LeaseExpiryRate, "maximum lease revocations per second (an expiry storm is spread out at this rate)")
+	fs.StringVar(&c.AutoCompactionMode, "auto-compaction-mode", c.AutoCompactionMode, "interpret --auto-compaction-retention as a period ('periodic') or a number of revisions ('revision')")
+	fs.StringVar(&c.AutoCompactionRetention, "auto-compaction-retention", c.AutoCompactionRetention, "history to keep: in periodic mode a duration (e.g. 30m) or hours (e.g. 1), in revision mode a number of revisions; 0 = no automatic compaction")
 	fs.DurationVar(&c.ThriftyReplication, "thrifty-replication", c.ThriftyReplication, "hold the leader's appends to followers no commit needs (none with watchers or clients writing or reading linearizably through them) for up to this long and send them merged (0 = off; at most 50ms); a held follower's serializable reads lag by up to this much")
 	o.gcMinHeap = defaultGCMinHeap
 	fs.Int64Var(&o.gcMinHeap, "gc-min-heap-bytes", o.gcMinHeap, "keep the Go garbage collector's heap goal at least this many bytes while the live heap is smaller (0 = off; also off when GOGC is set in the environment, which then governs alone)")

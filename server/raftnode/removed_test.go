@@ -40,6 +40,10 @@ func TestRemovedMemberLearnsFromItsOwnApply(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitRemoved(t, c.nodes[f], 10*time.Second, "it applies its own removal")
+	// It may have been told by a peer first (its answer to the commit
+	// reached a leader that had applied the removal); the commit itself
+	// reached it before the leader dropped it, so its own apply follows.
+	waitFor(t, 10*time.Second, "the removed member to apply its own removal", func() bool { return c.nodes[f].IsRemoved(c.ids[f]) })
 	for i := range c.nodes {
 		if i != f {
 			select {
