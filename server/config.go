@@ -44,6 +44,9 @@ type Config struct {
 	// etcd's (server/compactor).
 	AutoCompactionMode      string
 	AutoCompactionRetention string
+	// EnableGRPCGateway (--enable-grpc-gateway, default on as in etcd)
+	// serves the v3 API as JSON at /v3/ on the client URLs.
+	EnableGRPCGateway bool
 
 	// Client TLS (https:// client URLs), etcd's flags.
 	ClientTLS TLSInfo // --cert-file, --key-file, --trusted-ca-file, --client-cert-auth
@@ -127,6 +130,7 @@ func DefaultConfig() Config {
 		ThriftyReplication:          DefaultThriftyReplication,
 		AutoCompactionMode:          compactor.ModePeriodic,
 		AutoCompactionRetention:     "0",
+		EnableGRPCGateway:           true,
 	}
 }
 

@@ -369,7 +369,7 @@ func (c *Config) Validate() error {
 		add("--thrifty-replication", "must be between 0 (off) and %v, got %v", raftnode.MaxThriftyDelay, cc.ThriftyReplication)
 	}
 	if cc.WatchProgressNotifyInterval < 0 {
-		add("WatchProgressNotifyInterval", "must be > 0, got %v", cc.WatchProgressNotifyInterval)
+		add("--watch-progress-notify-interval", "must be > 0, got %v", cc.WatchProgressNotifyInterval)
 	}
 	return errors.Join(errs...)
 }

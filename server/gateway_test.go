@@ -126,3 +126,25 @@ func TestGRPCHealthService(t *testing.T) {
 		t.Fatalf("Check of an unknown service: %v, want NotFound", err)
 	}
 }
+
+// --enable-grpc-gateway=false: no /v3/ on the client URLs; the rest stays.
+func TestGatewayCanBeTurnedOff(t *testing.T) {
+	_, cfg := startSingleConfig(t, func(c *Config) { c.EnableGRPCGateway = false })
+	base := cfg.AdvertiseClientURLs[0]
+	resp, err := http.Post(base+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"Zm9v"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("/v3/kv/range with the gateway off: HTTP %d, want 404", resp.StatusCode)
+	}
+	resp, err = http.Get(base + "/livez")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/livez with the gateway off: HTTP %d", resp.StatusCode)
+	}
+}

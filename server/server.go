@@ -388,7 +388,11 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpcL := mux.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 		httpL := mux.Match(cmux.Any())
 		mem.serve(clientSrv, grpcL)
-		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gway), httpL)
+		var gwh http.Handler
+		if cfg.EnableGRPCGateway {
+			gwh = gway
+		}
+		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gwh), httpL)
 		mem.wg.Add(1)
 		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
 	}

@@ -92,6 +92,11 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.IntVar(&c.LeaseExpiryRate, "lease-expiry-rate", c.LeaseExpiryRate, "maximum lease revocations per second (an expiry storm is spread out at this rate)")
 	fs.StringVar(&c.AutoCompactionMode, "auto-compaction-mode", c.AutoCompactionMode, "interpret --auto-compaction-retention as a period ('periodic') or a number of revisions ('revision')")
 	fs.StringVar(&c.AutoCompactionRetention, "auto-compaction-retention", c.AutoCompactionRetention, "history to keep: in periodic mode a duration (e.g. 30m) or hours (e.g. 1), in revision mode a number of revisions; 0 = no automatic compaction")
+	fs.DurationVar(&c.WatchProgressNotifyInterval, "watch-progress-notify-interval", c.WatchProgressNotifyInterval, "period of progress notifications to watches that asked for them")
+	// etcd before 3.6 spelled it with experimental- (kubeadm's manifests still do).
+	fs.DurationVar(&c.WatchProgressNotifyInterval, "experimental-watch-progress-notify-interval", c.WatchProgressNotifyInterval, "same as --watch-progress-notify-interval")
+	_ = fs.MarkHidden("experimental-watch-progress-notify-interval")
+	fs.BoolVar(&c.EnableGRPCGateway, "enable-grpc-gateway", c.EnableGRPCGateway, "serve etcd's JSON gateway to the v3 API at /v3/ on the client URLs")
 	fs.DurationVar(&c.ThriftyReplication, "thrifty-replication", c.ThriftyReplication, "hold the leader's appends to followers no commit needs (none with watchers or clients writing or reading linearizably through them) for up to this long and send them merged (0 = off; at most 50ms); a held follower's serializable reads lag by up to this much")
 	o.gcMinHeap = defaultGCMinHeap
 	fs.Int64Var(&o.gcMinHeap, "gc-min-heap-bytes", o.gcMinHeap, "keep the Go garbage collector's heap goal at least this many bytes while the live heap is smaller (0 = off; also off when GOGC is set in the environment, which then governs alone)")
