@@ -148,3 +148,20 @@ func TestGatewayCanBeTurnedOff(t *testing.T) {
 		t.Fatalf("/livez with the gateway off: HTTP %d", resp.StatusCode)
 	}
 }
+
+// etcd's /version answers as etcd 3.7.3 would.
+func TestVersionEndpoint(t *testing.T) {
+	_, cfg := startSingleConfig(t)
+	resp, err := http.Get(cfg.AdvertiseClientURLs[0] + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/version: HTTP %d, %v", resp.StatusCode, err)
+	}
+	if v["etcdserver"] != "3.7.3" || v["etcdcluster"] != "3.7.0" {
+		t.Fatalf("/version = %v", v)
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
+	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/mvcc"
 	"github.com/tenure-io/tenure/server/raftnode"
 )
@@ -25,6 +26,7 @@ import (
 //
 //	/health   {"health":"true"} only when the member has a leader and a
 //	          linearizable read barrier succeeds; 503 otherwise
+//	/version  etcd's: {"etcdserver":"3.7.3","etcdcluster":"3.7.0"}
 //	/livez    the process is up
 //	/readyz   the member has a leader and has applied what it committed
 //	/metrics  Prometheus, names prefixed tenure_
@@ -47,6 +49,13 @@ func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler 
 			return
 		}
 		_ = json.NewEncoder(w).Encode(map[string]string{"health": "true"})
+	})
+	// etcd's /version: the versions Tenure's API answers as (the etcd
+	// release and the cluster version), which etcd's HTTP clients (etcd3gw
+	// among them) read to pick the API path.
+	mux.HandleFunc("/version", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]string{"etcdserver": api.Version, "etcdcluster": api.ClusterVersion})
 	})
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {

@@ -32,6 +32,10 @@ import (
 // etcd's tools and clients that parse it keep working.
 const Version = "3.7.3"
 
+// ClusterVersion is the cluster version etcd would report for a cluster of
+// Version members (its /version "etcdcluster").
+const ClusterVersion = "3.7.0"
+
 // Node is what the edge needs from the raft node.
 type Node interface {
 	ReadIndex(ctx context.Context) error
