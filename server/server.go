@@ -346,13 +346,16 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	node.RegisterPeerService(peerSrv)
 	mem.grpcs = []*grpc.Server{clientSrv, peerSrv}
 
-	gway, err := newGateway(context.Background())
-	if err != nil {
-		return nil, fmt.Errorf("grpc gateway: %w", err)
+	var gwh http.Handler // nil: no /v3/ on the client URLs
+	if cfg.EnableGRPCGateway {
+		gway, err := newGateway(context.Background())
+		if err != nil {
+			return nil, fmt.Errorf("grpc gateway: %w", err)
+		}
+		closers = append(closers, gway.close)
+		mem.gateway, gwh = gway, gway
+		mem.serve(clientSrv, gway.lis)
 	}
-	closers = append(closers, gway.close)
-	mem.gateway = gway
-	mem.serve(clientSrv, gway.lis)
 
 	var lis []net.Listener
 	closeLis := func() {
@@ -388,10 +391,6 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpcL := mux.MatchWithWriters(cmux.HTTP2MatchHeaderFieldSendSettings("content-type", "application/grpc"))
 		httpL := mux.Match(cmux.Any())
 		mem.serve(clientSrv, grpcL)
-		var gwh http.Handler
-		if cfg.EnableGRPCGateway {
-			gwh = gway
-		}
 		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gwh), httpL)
 		mem.wg.Add(1)
 		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
@@ -512,7 +511,9 @@ func (m *Member) Stop() {
 		for _, h := range m.https {
 			_ = h.Close()
 		}
-		m.gateway.close()
+		if m.gateway != nil {
+			m.gateway.close()
+		}
 		m.locks.Close() // background deletes of departed waiters' keys
 		m.node.Stop()
 		m.wg.Wait()

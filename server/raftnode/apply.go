@@ -311,7 +311,7 @@ func (n *Node) loadMembers() error {
 	removed := map[uint64]bool{}
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
-		if len(k) == 10 && k[9] == 'r' {
+		if len(k) == 10 && k[9] == 'r' { // removedKey: prefix, id, 'r'
 			removed[binary.BigEndian.Uint64(k[1:9])] = true
 			continue
 		}
