@@ -219,6 +219,24 @@ func TestTLS(t *testing.T) {
 		}
 	})
 
+	t.Run("JSON gateway over https with the client certificate", func(t *testing.T) {
+		hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: good}}
+		resp, err := hc.Post(c.endpoint(0)+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"AA==","range_end":"AA=="}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"header"`) {
+			t.Fatalf("status %d body %.200s", resp.StatusCode, body)
+		}
+		hc = &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(t, ca.file, "", "")}}
+		if resp, err := hc.Post(c.endpoint(0)+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"AA=="}`)); err == nil {
+			resp.Body.Close()
+			t.Fatalf("without a client certificate: status %d, want a refused handshake", resp.StatusCode)
+		}
+	})
+
 	// Last: it shrinks the cluster. A member asked to remove itself forwards
 	// the request to another member's https:// client URL, presenting its
 	// own certificate to a --client-cert-auth cluster.
