@@ -154,6 +154,10 @@ var errUnknownNotice = errors.New("empty or unknown notice")
 // Start opens the store, starts raft and the listeners, and returns once
 // the member is serving (it may not have a leader yet).
 func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
+	cc, err := compactor.Parse(cfg.AutoCompactionMode, cfg.AutoCompactionRetention)
+	if err != nil {
+		return nil, err
+	}
 	db, err := storage.Open(cfg.DataDir, storage.Options{})
 	if err != nil {
 		return nil, err
@@ -412,7 +416,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		defer mem.wg.Done()
 		ap.RunLeaseLoop(ctx, apply.LeaseLoopConfig{CheckpointInterval: cfg.LeaseCheckpointInterval, MaxExpiriesPerSecond: cfg.LeaseExpiryRate})
 	}()
-	if cc, _ := compactor.Parse(cfg.AutoCompactionMode, cfg.AutoCompactionRetention); cc != nil { // validated
+	if cc != nil {
 		c := compactor.New(*cc, compactTarget{node: node, kv: kv, edge: edge}, lg, func(err error) bool {
 			return errors.Is(err, rpctypes.ErrGRPCCompacted)
 		})

@@ -333,9 +333,10 @@ func (n *Node) loadMembers() error {
 	return nil
 }
 
-// isRemoved reports whether id was removed, as of the last loadMembers. It
-// reads memory only: transports ask it, also while the store is closing.
-func (n *Node) isRemoved(id uint64) bool {
+// IsRemoved reports whether member id was removed from the cluster, as of
+// the last loadMembers. It reads memory only: transports ask it, also while
+// the store is closing.
+func (n *Node) IsRemoved(id uint64) bool {
 	n.membersMu.RLock()
 	defer n.membersMu.RUnlock()
 	return n.removedIDs[id]

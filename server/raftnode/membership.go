@@ -224,7 +224,7 @@ func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (
 	var id uint64
 	for {
 		id = MemberID("", peerURLs, n.cfg.ClusterToken+"/"+strconv.FormatInt(time.Now().UnixNano(), 10))
-		if _, ok := n.member(id); !ok && !n.isRemoved(id) {
+		if _, ok := n.member(id); !ok && !n.IsRemoved(id) {
 			break
 		}
 	}

@@ -175,7 +175,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.New("raftnode: store has raft state but no member ID")
 		}
 		n.id = storedID
-		if n.isRemoved(n.id) {
+		if n.IsRemoved(n.id) {
 			// It applied its own removal before it stopped: starting would
 			// only campaign at peers that refuse it.
 			return nil, fmt.Errorf("%w (member %x)", ErrMemberRemoved, n.id)
@@ -970,10 +970,6 @@ func (n *Node) ReportUnreachable(id uint64) {
 		n.rn.ReportUnreachable(id)
 	}
 }
-
-// IsRemoved reports whether member id was removed from the cluster (as far
-// as this member has applied).
-func (n *Node) IsRemoved(id uint64) bool { return n.isRemoved(id) }
 
 // ReportRemoved is the transport telling this member that peer refused it
 // as removed: it never applied its own removal (it was cut off or down when

@@ -186,7 +186,7 @@ func (n *Node) installSnapshot(meta *raftpb.SnapshotMetadata, next SnapshotReade
 	n.syncPeers()
 	n.snapIndex = meta.GetIndex()
 	n.setApplied(meta.GetIndex(), meta.GetTerm())
-	if n.isRemoved(n.id) {
+	if n.IsRemoved(n.id) {
 		n.markRemoved("snapshot", meta.GetIndex())
 	}
 	return nil

@@ -64,8 +64,8 @@ const (
 var (
 	errStreamRefused = errors.New("raftnode: peer refused the raft stream")
 	// errRemovedByPeer: the peer refused the stream because it has applied
-	// this member's removal.
-	errRemovedByPeer = errors.New("raftnode: peer refused the raft stream: this member was removed from the cluster")
+	// this member's removal (a refusal like any other, told apart).
+	errRemovedByPeer = fmt.Errorf("%w: this member was removed from the cluster", errStreamRefused)
 )
 
 // Hello answers (the acceptor's first byte).
@@ -376,7 +376,7 @@ func (p *streamPeer) dial() (net.Conn, error) {
 			return conn, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", u, err))
-		if errors.Is(err, errStreamRefused) || errors.Is(err, errRemovedByPeer) {
+		if errors.Is(err, errStreamRefused) {
 			break
 		}
 	}
