@@ -11,6 +11,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-io/tenure/server/apply"
 	"github.com/tenure-io/tenure/server/storage"
@@ -159,6 +161,19 @@ func (s *Server) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.M
 	resp := &pb.MoveLeaderResponse{}
 	s.fill(&resp.Header)
 	return resp, nil
+}
+
+// errDowngradeUnsupported answers every Downgrade call. etcd lowers its
+// cluster version so that members of the older release can join; no etcd
+// release can open a Tenure data directory, so there is nothing a downgrade
+// could lead to. Saying so, with the way out that does exist, beats gRPC's
+// bare "method Downgrade not implemented".
+var errDowngradeUnsupported = status.Error(codes.Unimplemented,
+	"tenure: downgrade is not supported: etcd cannot open a Tenure data directory; to move the keys to an etcd cluster, use etcdctl make-mirror")
+
+// Downgrade refuses validate, enable and cancel alike and changes nothing.
+func (s *Server) Downgrade(context.Context, *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
+	return nil, errDowngradeUnsupported
 }
 
 // Hash is a CRC-32 (Castagnoli) of this member's whole state-machine key
