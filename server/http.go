@@ -24,11 +24,8 @@ import (
 // httpHandler serves what operators scrape next to the gRPC API, on the
 // client URLs (as etcd does) and on --listen-metrics-urls:
 //
-//	/health   {"health":"true"} only when the member has a leader and a
-//	          linearizable read barrier succeeds; 503 otherwise
+//	/health, /livez, /readyz  etcd's health checks (healthhttp.go)
 //	/version  etcd's: {"etcdserver":"3.7.3","etcdcluster":"3.7.0"}
-//	/livez    the process is up
-//	/readyz   the member has a leader and has applied what it committed
 //	/metrics  Prometheus, names prefixed tenure_
 //	/v3/      etcd's gRPC gateway (JSON over HTTP), when gateway is not nil:
 //	          the client URLs only
@@ -38,18 +35,7 @@ func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler 
 		mux.Handle("/v3/", gateway)
 		mux.Handle("/v3beta/", gateway)
 	}
-	mux.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), time.Second)
-		defer cancel()
-		err := m.node.ReadIndex(ctx)
-		w.Header().Set("Content-Type", "application/json")
-		if err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_ = json.NewEncoder(w).Encode(map[string]string{"health": "false", "reason": err.Error()})
-			return
-		}
-		_ = json.NewEncoder(w).Encode(map[string]string{"health": "true"})
-	})
+	mux.HandleFunc("/health", m.handleHealth)
 	// etcd's /version: the versions Tenure's API answers as (the etcd
 	// release and the cluster version), which etcd's HTTP clients (etcd3gw
 	// among them) read to pick the API path.
@@ -57,14 +43,8 @@ func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler 
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]string{"etcdserver": api.Version, "etcdcluster": api.ClusterVersion})
 	})
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if st := m.node.Status(); st.Leader == 0 {
-			http.Error(w, "no leader", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	})
+	handleChecks(mux, "/livez", m.livezChecks())
+	handleChecks(mux, "/readyz", m.readyzChecks())
 	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
