@@ -26,7 +26,8 @@ import (
 //
 //	/health, /livez, /readyz  etcd's health checks (healthhttp.go)
 //	/version  etcd's: {"etcdserver":"3.7.3","etcdcluster":"3.7.0"}
-//	/metrics  Prometheus, names prefixed tenure_
+//	/metrics  Prometheus: tenure_ names, and etcd's names for those that
+//	          mean the same (etcdmetrics.go)
 //	/v3/      etcd's gRPC gateway (JSON over HTTP), when gateway is not nil:
 //	          the client URLs only
 func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler {
@@ -45,7 +46,7 @@ func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler 
 	})
 	handleChecks(mux, "/livez", m.livezChecks())
 	handleChecks(mux, "/readyz", m.readyzChecks())
-	mux.Handle("/metrics", promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(withEtcdNames{m.registry, etcdMetricNames}, promhttp.HandlerOpts{}))
 	if withPprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -86,6 +87,7 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	gauge("tenure_watch_watchers", "Number of watchers.", func() float64 { w, _ := m.hub.Stats(); return float64(w) })
 	gauge("tenure_watch_slow_watchers", "Watchers catching up from history.", func() float64 { _, s := m.hub.Stats(); return float64(s) })
 	gauge("tenure_storage_db_size_bytes", "Disk space used by the store.", func() float64 { return float64(m.diskUsage()) })
+	gauge("tenure_storage_db_size_in_use_bytes", "Disk space used by the store, less obsolete files not yet deleted.", func() float64 { return float64(m.edge.DBSizeInUse()) })
 	gauge("tenure_storage_quota_backend_bytes", "--quota-backend-bytes: NOSPACE is raised above it.", func() float64 { return float64(m.cfg.QuotaBackendBytes) })
 	gauge("tenure_mvcc_keys", "Number of keys (counted at most every 5 s).", func() float64 { return float64(m.metrics.keys(m.kv)) })
 	gauge("tenure_server_proposals_pending", "Client proposals waiting to be applied on this member.", func() float64 {

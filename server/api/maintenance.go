@@ -47,6 +47,10 @@ func (s *Server) dbSize() (size, inUse int64) {
 // DBSize is the store's disk usage (cached for up to 100 ms); metrics read it.
 func (s *Server) DBSize() int64 { sz, _ := s.dbSize(); return sz }
 
+// DBSizeInUse is DBSize less the files Pebble no longer needs and has not
+// deleted yet (what endpoint status reports as in use).
+func (s *Server) DBSizeInUse() int64 { _, inUse := s.dbSize(); return inUse }
+
 // growsStore reports whether r is refused while NOSPACE is raised.
 func growsStore(r *pb.InternalRaftRequest) bool {
 	return r.Put != nil || r.LeaseGrant != nil || (r.Txn != nil && apply.TxnHasPuts(r.Txn))
