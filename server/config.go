@@ -47,6 +47,12 @@ type Config struct {
 	// EnableGRPCGateway (--enable-grpc-gateway, default on as in etcd)
 	// serves the v3 API as JSON at /v3/ on the client URLs.
 	EnableGRPCGateway bool
+	// InitialCorruptCheck (--feature-gates=InitialCorruptCheck=true, or
+	// etcd 3.5's --experimental-initial-corrupt-check) makes a member that
+	// restarts on a data-dir with history compare its HashKV with its peers'
+	// before it joins raft or serves, and refuse to start on a mismatch
+	// (corruptcheck.go).
+	InitialCorruptCheck bool
 
 	// Client TLS (https:// client URLs), etcd's flags.
 	ClientTLS TLSInfo // --cert-file, --key-file, --trusted-ca-file, --client-cert-auth

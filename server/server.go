@@ -315,6 +315,18 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		ForwardCreds: forwardCreds,
 	})
 
+	if cfg.InitialCorruptCheck {
+		local, err := edge.HashKV(context.Background(), &pb.HashKVRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("initial corruption check: local hash: %w", err)
+		}
+		if local.HashRevision > 1 { // an empty store has nothing to compare
+			if err := initialCorruptCheck(context.Background(), lg, node.ID(), local, node.Members(), forwardCreds, cfg.RequestTimeout); err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	mem := &Member{cfg: cfg, lg: lg, node: node, kv: kv, hub: hub, lessor: lessor, db: db, metrics: mm, edge: edge, ap: ap, lockm: locks}
 	mem.registry = mem.newRegistry()
 	clientSrv := grpc.NewServer(

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -46,6 +47,45 @@ func (u urlList) Set(s string) error {
 }
 
 func (u urlList) Type() string { return "urls" }
+
+// featureGates is etcd's --feature-gates (Name=bool, comma-separated).
+// Gates etcd has and Tenure does not are refused by name rather than
+// accepted and ignored: a gate asks for a behaviour, and silently not
+// having it is worse than not starting.
+type featureGates struct{ c *server.Config }
+
+func (g featureGates) String() string {
+	if g.c == nil || !g.c.InitialCorruptCheck {
+		return ""
+	}
+	return "InitialCorruptCheck=true"
+}
+
+func (g featureGates) Set(v string) error {
+	for _, part := range strings.Split(v, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(part, "=")
+		if !ok {
+			return fmt.Errorf("missing bool value for %s (want Name=true or Name=false)", part)
+		}
+		on, err := strconv.ParseBool(strings.TrimSpace(val))
+		if err != nil {
+			return fmt.Errorf("invalid value of %s=%s: %v", name, val, err)
+		}
+		switch strings.TrimSpace(name) {
+		case "InitialCorruptCheck":
+			g.c.InitialCorruptCheck = on
+		default:
+			return fmt.Errorf("unrecognized feature gate: %s (Tenure knows InitialCorruptCheck)", name)
+		}
+	}
+	return nil
+}
+
+func (featureGates) Type() string { return "mapStringBool" }
 
 // serveFlags holds what `tenure serve` parses before it becomes a Config.
 type serveFlags struct {
@@ -96,6 +136,10 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	// etcd before 3.6 spelled it with experimental- (kubeadm's manifests still do).
 	fs.DurationVar(&c.WatchProgressNotifyInterval, "experimental-watch-progress-notify-interval", c.WatchProgressNotifyInterval, "same as --watch-progress-notify-interval")
 	_ = fs.MarkHidden("experimental-watch-progress-notify-interval")
+	fs.Var(featureGates{c}, "feature-gates", "etcd's feature gates, Name=true|false,...; Tenure knows InitialCorruptCheck (compare this member's HashKV with its peers' before it starts, and refuse to start on a mismatch)")
+	// etcd 3.5 spelled it as a flag of its own (kubeadm's manifests still do).
+	fs.BoolVar(&c.InitialCorruptCheck, "experimental-initial-corrupt-check", c.InitialCorruptCheck, "same as --feature-gates=InitialCorruptCheck=true")
+	_ = fs.MarkHidden("experimental-initial-corrupt-check")
 	fs.BoolVar(&c.EnableGRPCGateway, "enable-grpc-gateway", c.EnableGRPCGateway, "serve etcd's JSON gateway to the v3 API at /v3/ on the client URLs")
 	fs.DurationVar(&c.ThriftyReplication, "thrifty-replication", c.ThriftyReplication, "hold the leader's appends to followers no commit needs (none with watchers or clients writing or reading linearizably through them) for up to this long and send them merged (0 = off; at most 50ms); a held follower's serializable reads lag by up to this much")
 	o.gcMinHeap = defaultGCMinHeap

@@ -33,3 +33,49 @@ func TestParseServeEtcdFlags(t *testing.T) {
 		t.Fatalf("negative progress interval: %v", err)
 	}
 }
+
+// The initial corruption check is asked for as etcd 3.6+ does
+// (--feature-gates) or as etcd 3.5 and kubeadm's manifests do
+// (--experimental-initial-corrupt-check); a gate Tenure does not have is
+// refused by name instead of ignored.
+func TestParseServeInitialCorruptCheckFlags(t *testing.T) {
+	base := []string{"--name", "m1"}
+	none := func(string) string { return "" }
+	c, _, err := parseServeConfig(base, none)
+	if err != nil || c.InitialCorruptCheck {
+		t.Fatalf("default: %v, err %v", c.InitialCorruptCheck, err)
+	}
+	for _, args := range [][]string{
+		{"--feature-gates=InitialCorruptCheck=true"},
+		{"--feature-gates", "InitialCorruptCheck=true"},
+		{"--experimental-initial-corrupt-check=true"},
+		{"--experimental-initial-corrupt-check"},
+	} {
+		c, _, err := parseServeConfig(append(base, args...), none)
+		if err != nil || !c.InitialCorruptCheck {
+			t.Fatalf("%v: check %v, err %v", args, c.InitialCorruptCheck, err)
+		}
+	}
+	c, _, err = parseServeConfig(append(base, "--feature-gates=InitialCorruptCheck=false"), none)
+	if err != nil || c.InitialCorruptCheck {
+		t.Fatalf("InitialCorruptCheck=false: %v, err %v", c.InitialCorruptCheck, err)
+	}
+	c, _, err = parseServeConfig(base, func(k string) string {
+		if k == "TENURE_FEATURE_GATES" {
+			return "InitialCorruptCheck=true"
+		}
+		return ""
+	})
+	if err != nil || !c.InitialCorruptCheck {
+		t.Fatalf("TENURE_FEATURE_GATES: %v, err %v", c.InitialCorruptCheck, err)
+	}
+	for arg, want := range map[string]string{
+		"--feature-gates=StopGRPCServiceOnDefrag=true": "unrecognized feature gate: StopGRPCServiceOnDefrag",
+		"--feature-gates=InitialCorruptCheck":          "missing bool value",
+		"--feature-gates=InitialCorruptCheck=maybe":    "invalid value",
+	} {
+		if _, _, err := parseServeConfig(append(base, arg), none); err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("%s: err %v, want it to say %q", arg, err, want)
+		}
+	}
+}
