@@ -119,17 +119,27 @@ func envName(flag string) string {
 // naming the variable. A variable shadowed by a command-line flag gives a
 // warning. fromEnv lists the flags that were set from the environment.
 func applyEnv(fs *pflag.FlagSet, names []string, env func(string) string) (warnings []string, fromEnv map[string]bool, err error) {
+	return applyEnvPrefix(fs, names, env, envPrefix, nil)
+}
+
+// applyEnvPrefix is applyEnv for variables named prefix + flag. Flags in
+// setBefore were set from an earlier prefix's variables, which win.
+func applyEnvPrefix(fs *pflag.FlagSet, names []string, env func(string) string, prefix string, setBefore map[string]string) (warnings []string, fromEnv map[string]bool, err error) {
 	var errs []error
 	fromEnv = map[string]bool{}
 	for _, name := range names {
-		key := envName(name)
+		key := prefix + strings.TrimPrefix(envName(name), envPrefix)
 		v := env(key)
 		f := fs.Lookup(name)
 		if v == "" || f == nil {
 			continue
 		}
 		if f.Changed {
-			warnings = append(warnings, fmt.Sprintf("environment variable %s is ignored: --%s was given on the command line", key, name))
+			if other, ok := setBefore[name]; ok {
+				warnings = append(warnings, fmt.Sprintf("environment variable %s is ignored: %s is set", key, other))
+			} else {
+				warnings = append(warnings, fmt.Sprintf("environment variable %s is ignored: --%s was given on the command line", key, name))
+			}
 			continue
 		}
 		if err := f.Value.Set(v); err != nil {

@@ -165,7 +165,18 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 // line's own warnings (shadowed environment variables) come back even with an
 // error; the Config's (Config.Warnings) are server.Run's to log.
 func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.Config, []string, error) {
-	warnings, _, err := applyEnv(fs, flagNames(fs), env)
+	warnings, fromEnv, err := applyEnv(fs, flagNames(fs), env)
+	if err != nil {
+		return server.Config{}, warnings, err
+	}
+	// etcd's own variables (ETCD_NAME, ETCD_INITIAL_CLUSTER, ...) as an etcd
+	// container's environment sets them; TENURE_ ones win.
+	setBefore := map[string]string{}
+	for name := range fromEnv {
+		setBefore[name] = envName(name)
+	}
+	etcdWarnings, _, err := applyEnvPrefix(fs, flagNames(fs), env, etcdEnvPrefix, setBefore)
+	warnings = append(warnings, etcdWarnings...)
 	if err != nil {
 		return server.Config{}, warnings, err
 	}
@@ -213,13 +224,22 @@ func parseServeFlags(args []string, env func(string) string) (*serveFlags, serve
 	return o, cfg, warnings, err
 }
 
-// unknownEnv lists TENURE_* variables in environ that no flag reads.
-func unknownEnv(environ []string, known map[string]bool) []string {
+// etcdEnvPrefix starts etcd's variables for its flags; tenure serve reads
+// them for the flags it shares with etcd.
+const etcdEnvPrefix = "ETCD_"
+
+// unknownEnv lists TENURE_* and ETCD_* variables in environ that no flag
+// reads (known holds the TENURE_ names read, serveFlags the flags whose
+// ETCD_ names are).
+func unknownEnv(environ []string, known, serveFlags map[string]bool) []string {
 	var ws []string
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, envPrefix) && !known[k] {
+		switch {
+		case strings.HasPrefix(k, envPrefix) && !known[k]:
 			ws = append(ws, fmt.Sprintf("unrecognized environment variable %s", k))
+		case strings.HasPrefix(k, etcdEnvPrefix) && !serveFlags[strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, etcdEnvPrefix), "_", "-"))]:
+			ws = append(ws, fmt.Sprintf("unrecognized environment variable %s (no tenure serve flag of that name; ignored)", k))
 		}
 	}
 	return ws
@@ -305,15 +325,16 @@ func newServeCmd(a *app) *cobra.Command {
 				}
 				return withCode(exitConfig, err)
 			}
-			known := map[string]bool{}
+			known, serveFlags := map[string]bool{}, map[string]bool{}
 			for _, n := range flagNames(cmd.Flags()) {
 				known[envName(n)] = true
+				serveFlags[n] = true
 			}
 			for _, n := range clientFlagNames {
 				known[envName(n)] = true
 			}
 			known["TENURE_FAILPOINTS"] = true // read by server/failpoint (crash tests)
-			warnings = append(warnings, unknownEnv(a.environ(), known)...)
+			warnings = append(warnings, unknownEnv(a.environ(), known, serveFlags)...)
 
 			lg, err := server.NewLogger(cfg.LogLevel, cfg.LogFormat, a.stderr)
 			if err != nil {

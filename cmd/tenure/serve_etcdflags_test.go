@@ -79,3 +79,32 @@ func TestParseServeInitialCorruptCheckFlags(t *testing.T) {
 		}
 	}
 }
+
+// An etcd container's environment configures tenure serve as it does etcd:
+// ETCD_<FLAG> sets a flag neither the command line nor TENURE_<FLAG> sets,
+// and says so when it is shadowed; a malformed value names its variable.
+func TestParseServeEtcdEnvironment(t *testing.T) {
+	env := func(vars map[string]string) func(string) string {
+		return func(k string) string { return vars[k] }
+	}
+	c, ws, err := parseServeConfig(nil, env(map[string]string{
+		"ETCD_NAME":                               "infra0",
+		"ETCD_INITIAL_ADVERTISE_PEER_URLS":        "http://10.0.0.1:2380",
+		"ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK": "true",
+		"ETCD_HEARTBEAT_INTERVAL":                 "200",
+	}))
+	if err != nil || c.Name != "infra0" || c.InitialCluster != "infra0=http://10.0.0.1:2380" || !c.InitialCorruptCheck ||
+		c.HeartbeatInterval != 200*time.Millisecond || len(ws) != 0 {
+		t.Fatalf("from ETCD_: name %q cluster %q check %v heartbeat %v warnings %q err %v",
+			c.Name, c.InitialCluster, c.InitialCorruptCheck, c.HeartbeatInterval, ws, err)
+	}
+	c, ws, err = parseServeConfig([]string{"--name=cli"}, env(map[string]string{"ETCD_NAME": "e", "TENURE_DATA_DIR": "/t", "ETCD_DATA_DIR": "/e"}))
+	if err != nil || c.Name != "cli" || c.DataDir != "/t" || len(ws) != 2 ||
+		!strings.Contains(strings.Join(ws, "\n"), "ETCD_NAME is ignored: --name was given on the command line") ||
+		!strings.Contains(strings.Join(ws, "\n"), "ETCD_DATA_DIR is ignored: TENURE_DATA_DIR is set") {
+		t.Fatalf("shadowed: name %q data-dir %q warnings %q err %v", c.Name, c.DataDir, ws, err)
+	}
+	if _, _, err := parseServeConfig(nil, env(map[string]string{"ETCD_SNAPSHOT_COUNT": "lots"})); err == nil || !strings.Contains(err.Error(), "ETCD_SNAPSHOT_COUNT") {
+		t.Fatalf("malformed ETCD_SNAPSHOT_COUNT: %v", err)
+	}
+}
