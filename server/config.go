@@ -53,6 +53,13 @@ type Config struct {
 	// before it joins raft or serves, and refuse to start on a mismatch
 	// (corruptcheck.go).
 	InitialCorruptCheck bool
+	// gRPC keepalive on the client port, etcd's --grpc-keepalive-*: the
+	// shortest ping interval a client may use (MinTime), how long a quiet
+	// connection waits before the server pings it (Interval), and how long
+	// it waits for the answer before closing it (Timeout).
+	GRPCKeepAliveMinTime  time.Duration
+	GRPCKeepAliveInterval time.Duration
+	GRPCKeepAliveTimeout  time.Duration
 
 	// Client TLS (https:// client URLs), etcd's flags.
 	ClientTLS TLSInfo // --cert-file, --key-file, --trusted-ca-file, --client-cert-auth
@@ -106,6 +113,9 @@ const (
 	DefaultLeaseCheckpoint     = 1 * time.Second
 	DefaultLeaseExpiryRate     = 1000 // revocations per second (Tenure's own)
 	DefaultWatchProgressNotify = 10 * time.Minute
+	DefaultGRPCKeepAliveMin    = 5 * time.Second
+	DefaultGRPCKeepAlive       = 2 * time.Hour
+	DefaultGRPCKeepAliveWait   = 20 * time.Second
 )
 
 // DefaultConfig returns a single-member configuration: client URL
@@ -137,6 +147,9 @@ func DefaultConfig() Config {
 		AutoCompactionMode:          compactor.ModePeriodic,
 		AutoCompactionRetention:     "0",
 		EnableGRPCGateway:           true,
+		GRPCKeepAliveMinTime:        DefaultGRPCKeepAliveMin,
+		GRPCKeepAliveInterval:       DefaultGRPCKeepAlive,
+		GRPCKeepAliveTimeout:        DefaultGRPCKeepAliveWait,
 	}
 }
 

@@ -206,6 +206,18 @@ func (c *Config) ApplyDefaults() {
 	if c.WatchProgressNotifyInterval == 0 {
 		c.WatchProgressNotifyInterval = DefaultWatchProgressNotify
 	}
+	// 0 would mean gRPC's own defaults, whose 5-minute minimum ping
+	// interval makes the server close clientv3 connections that ping every
+	// few seconds (etcd's default is 5 s).
+	if c.GRPCKeepAliveMinTime == 0 {
+		c.GRPCKeepAliveMinTime = DefaultGRPCKeepAliveMin
+	}
+	if c.GRPCKeepAliveInterval == 0 {
+		c.GRPCKeepAliveInterval = DefaultGRPCKeepAlive
+	}
+	if c.GRPCKeepAliveTimeout == 0 {
+		c.GRPCKeepAliveTimeout = DefaultGRPCKeepAliveWait
+	}
 }
 
 // Validate reports every problem in the configuration at once (errors.Join,
@@ -294,6 +306,19 @@ func (c *Config) Validate() error {
 		add("--election-timeout", "%dms must be at least %d times --heartbeat-interval (%dms), i.e. >= %dms",
 			cc.ElectionTimeout.Milliseconds(), MinElectionHeartbeatRatio, cc.HeartbeatInterval.Milliseconds(),
 			(MinElectionHeartbeatRatio * cc.HeartbeatInterval).Milliseconds())
+	}
+
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--grpc-keepalive-min-time", cc.GRPCKeepAliveMinTime},
+		{"--grpc-keepalive-interval", cc.GRPCKeepAliveInterval},
+		{"--grpc-keepalive-timeout", cc.GRPCKeepAliveTimeout},
+	} {
+		if d.v < 0 {
+			add(d.flag, "must be > 0 (0 for the default), got %v", d.v)
+		}
 	}
 
 	if cc.SnapshotCount == 0 {

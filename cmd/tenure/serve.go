@@ -157,6 +157,10 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.BoolVar(&c.PeerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
+	fs.DurationVar(&c.GRPCKeepAliveMinTime, "grpc-keepalive-min-time", c.GRPCKeepAliveMinTime, "minimum interval a client should wait before pinging the server; a client pinging more often is disconnected")
+	fs.DurationVar(&c.GRPCKeepAliveInterval, "grpc-keepalive-interval", c.GRPCKeepAliveInterval, "how long a quiet client connection waits before the server pings it")
+	fs.DurationVar(&c.GRPCKeepAliveTimeout, "grpc-keepalive-timeout", c.GRPCKeepAliveTimeout, "how long the server waits for a ping's answer before closing the connection")
+	bindEtcdOnlyFlags(fs)
 	return o
 }
 
@@ -180,6 +184,7 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 	if err != nil {
 		return server.Config{}, warnings, err
 	}
+	warnings = append(warnings, etcdOnlyWarnings(fs)...)
 	cfg := o.cfg
 	cfg.HeartbeatInterval = time.Duration(o.heartbeatMs) * time.Millisecond
 	cfg.ElectionTimeout = time.Duration(o.electionMs) * time.Millisecond

@@ -108,3 +108,57 @@ func TestParseServeEtcdEnvironment(t *testing.T) {
 		t.Fatalf("malformed ETCD_SNAPSHOT_COUNT: %v", err)
 	}
 }
+
+// etcd flags Tenure has no setting for: accepted when they ask for what
+// Tenure does anyway (etcd's own docker example passes --logger=zap
+// --log-outputs=stderr), accepted with a "has no effect" warning when they
+// tune something Tenure does not have, and refused with the reason when
+// they ask for something Tenure does not do — never "unknown flag".
+func TestParseServeEtcdOnlyFlags(t *testing.T) {
+	base := []string{"--name=a"}
+	none := func(string) string { return "" }
+	_, ws, err := parseServeConfig(append(base, "--logger=zap", "--log-outputs=stderr", "--pre-vote=true", "--enable-v2=false",
+		"--auto-tls=false", "--unsafe-no-fsync=false", "--metrics=extensive", "--tls-min-version=TLS1.2", "--max-wals=5",
+		"--experimental-enable-lease-checkpoint", "--corrupt-check-time=0s"), none)
+	if err != nil {
+		t.Fatalf("etcd flags that describe Tenure: %v", err)
+	}
+	if len(ws) != 1 || !strings.Contains(ws[0], "--max-wals has no effect") {
+		t.Fatalf("warnings = %q, want one saying --max-wals has no effect", ws)
+	}
+	for arg, why := range map[string]string{
+		"--unsafe-no-fsync=true":               "always syncs",
+		"--auto-tls":                           "does not generate certificates",
+		"--log-outputs=/var/log/etcd.log":      "logs to stderr",
+		"--strict-reconfig-check":              "strict reconfiguration check",
+		"--pre-vote=false":                     "pre-vote is always on",
+		"--discovery-srv=example.com":          "no DNS discovery",
+		"--tls-min-version=TLS1.3":             "minimum is TLS1.2",
+		"--experimental-corrupt-check-time=5m": "periodic corruption check",
+	} {
+		_, _, err := parseServeConfig(append(base, arg), none)
+		if err == nil || !strings.Contains(err.Error(), why) {
+			t.Errorf("%s: err = %v, want the reason (%q)", arg, err, why)
+		}
+	}
+	if _, _, err := parseServeConfig(base, func(k string) string {
+		if k == "ETCD_UNSAFE_NO_FSYNC" {
+			return "true"
+		}
+		return ""
+	}); err == nil || !strings.Contains(err.Error(), "ETCD_UNSAFE_NO_FSYNC") {
+		t.Errorf("ETCD_UNSAFE_NO_FSYNC=true: err = %v, want it refused by name", err)
+	}
+
+	c, _, err := parseServeConfig(append(base, "--grpc-keepalive-min-time=10s", "--grpc-keepalive-interval=1m", "--grpc-keepalive-timeout=3s"), none)
+	if err != nil || c.GRPCKeepAliveMinTime != 10*time.Second || c.GRPCKeepAliveInterval != time.Minute || c.GRPCKeepAliveTimeout != 3*time.Second {
+		t.Fatalf("keepalive flags: %v %v %v, err %v", c.GRPCKeepAliveMinTime, c.GRPCKeepAliveInterval, c.GRPCKeepAliveTimeout, err)
+	}
+	c, _, err = parseServeConfig(base, none)
+	if err != nil || c.GRPCKeepAliveMinTime != 5*time.Second || c.GRPCKeepAliveInterval != 2*time.Hour || c.GRPCKeepAliveTimeout != 20*time.Second {
+		t.Fatalf("keepalive defaults (etcd's): %v %v %v, err %v", c.GRPCKeepAliveMinTime, c.GRPCKeepAliveInterval, c.GRPCKeepAliveTimeout, err)
+	}
+	if _, _, err := parseServeConfig(append(base, "--grpc-keepalive-timeout=-1s"), none); err == nil || !strings.Contains(err.Error(), "--grpc-keepalive-timeout") {
+		t.Fatalf("negative keepalive timeout: %v", err)
+	}
+}
