@@ -49,17 +49,11 @@ func newTrio(t *testing.T) *trio {
 	tr := &trio{t: t}
 	var ic []string
 	for i := range tr.cfgs {
-		cfg := DefaultConfig()
+		cfg := testMemberConfig(t)
 		cfg.Name = fmt.Sprintf("m%d", i+1)
-		client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-		peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-		cfg.DataDir = t.TempDir()
-		cfg.ListenClientURLs, cfg.AdvertiseClientURLs = []string{client}, []string{client}
-		cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = []string{peer}, []string{peer}
-		cfg.HeartbeatInterval, cfg.ElectionTimeout = 10*time.Millisecond, 100*time.Millisecond
 		cfg.RequestTimeout = 3 * time.Second
 		tr.cfgs[i] = cfg
-		ic = append(ic, cfg.Name+"="+peer)
+		ic = append(ic, cfg.Name+"="+cfg.InitialAdvertisePeerURLs[0])
 	}
 	for i := range tr.cfgs {
 		tr.cfgs[i].InitialCluster = strings.Join(ic, ",")

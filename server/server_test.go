@@ -23,6 +23,19 @@ func freePort(t *testing.T) int {
 }
 
 // startSingle runs an in-process single-member server and returns a client.
+// testMemberConfig is a member on free loopback ports with a temporary
+// data-dir and fast raft timing.
+func testMemberConfig(t *testing.T) Config {
+	cfg := DefaultConfig()
+	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	cfg.DataDir = t.TempDir()
+	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = []string{client}, []string{client}
+	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = []string{peer}, []string{peer}
+	cfg.HeartbeatInterval, cfg.ElectionTimeout = 10*time.Millisecond, 100*time.Millisecond
+	return cfg
+}
+
 func startSingle(t *testing.T) *clientv3.Client {
 	t.Helper()
 	cli, _ := startSingleConfig(t)
@@ -33,16 +46,11 @@ func startSingle(t *testing.T) *clientv3.Client {
 // the member's configuration (its URLs).
 func startSingleConfig(t *testing.T, tweaks ...func(*Config)) (*clientv3.Client, Config) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := testMemberConfig(t)
 	for _, f := range tweaks {
 		f(&cfg)
 	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	peer := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	cfg.DataDir = t.TempDir()
-	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = []string{client}, []string{client}
-	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = []string{peer}, []string{peer}
-	cfg.HeartbeatInterval, cfg.ElectionTimeout = 10*time.Millisecond, 100*time.Millisecond
+	client := cfg.AdvertiseClientURLs[0]
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
