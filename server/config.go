@@ -53,6 +53,10 @@ type Config struct {
 	// before it joins raft or serves, and refuse to start on a mismatch
 	// (corruptcheck.go).
 	InitialCorruptCheck bool
+	// StrictReconfigCheck (--strict-reconfig-check, default true as in
+	// etcd) refuses membership changes that could leave the cluster without
+	// a quorum of running members (raftnode/strict.go).
+	StrictReconfigCheck bool
 	// gRPC keepalive on the client port, etcd's --grpc-keepalive-*: the
 	// shortest ping interval a client may use (MinTime), how long a quiet
 	// connection waits before the server pings it (Interval), and how long
@@ -147,6 +151,7 @@ func DefaultConfig() Config {
 		AutoCompactionMode:          compactor.ModePeriodic,
 		AutoCompactionRetention:     "0",
 		EnableGRPCGateway:           true,
+		StrictReconfigCheck:         true,
 		GRPCKeepAliveMinTime:        DefaultGRPCKeepAliveMin,
 		GRPCKeepAliveInterval:       DefaultGRPCKeepAlive,
 		GRPCKeepAliveTimeout:        DefaultGRPCKeepAliveWait,

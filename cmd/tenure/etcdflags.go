@@ -29,7 +29,6 @@ var etcdOnlyFlags = []etcdOnlyFlag{
 	{name: "log-outputs", accepts: []string{"default", "stderr"}, why: "Tenure logs to stderr; redirect it to write a file"},
 	{name: "enable-log-rotation", accepts: []string{"false"}, isBool: true, why: "Tenure logs to stderr and rotates nothing"},
 	{name: "pre-vote", accepts: []string{"true"}, isBool: true, why: "raft pre-vote is always on in Tenure"},
-	{name: "strict-reconfig-check", accepts: []string{"false"}, isBool: true, why: "Tenure does not run etcd's strict reconfiguration check (refusing a membership change that the members now running could not form a quorum after); check `etcdctl endpoint health --cluster` before changing membership"},
 	{name: "enable-v2", accepts: []string{"false"}, isBool: true, why: "Tenure serves the v3 API only (etcd 3.6 removed v2 too)"},
 	{name: "v2-deprecation", why: "Tenure has no v2 store"},
 	{name: "auto-tls", accepts: []string{"false"}, isBool: true, why: "Tenure does not generate certificates; give --cert-file and --key-file"},

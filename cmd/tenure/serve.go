@@ -136,6 +136,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	// etcd before 3.6 spelled it with experimental- (kubeadm's manifests still do).
 	fs.DurationVar(&c.WatchProgressNotifyInterval, "experimental-watch-progress-notify-interval", c.WatchProgressNotifyInterval, "same as --watch-progress-notify-interval")
 	_ = fs.MarkHidden("experimental-watch-progress-notify-interval")
+	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "refuse membership changes that could leave the cluster without a quorum of running members")
 	fs.Var(featureGates{c}, "feature-gates", "etcd's feature gates, Name=true|false,...; Tenure knows InitialCorruptCheck (compare this member's HashKV with its peers' before it starts, and refuse to start on a mismatch)")
 	// etcd 3.5 spelled it as a flag of its own (kubeadm's manifests still do).
 	fs.BoolVar(&c.InitialCorruptCheck, "experimental-initial-corrupt-check", c.InitialCorruptCheck, "same as --feature-gates=InitialCorruptCheck=true")

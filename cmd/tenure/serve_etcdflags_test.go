@@ -130,7 +130,6 @@ func TestParseServeEtcdOnlyFlags(t *testing.T) {
 		"--unsafe-no-fsync=true":               "always syncs",
 		"--auto-tls":                           "does not generate certificates",
 		"--log-outputs=/var/log/etcd.log":      "logs to stderr",
-		"--strict-reconfig-check":              "strict reconfiguration check",
 		"--pre-vote=false":                     "pre-vote is always on",
 		"--discovery-srv=example.com":          "no DNS discovery",
 		"--tls-min-version=TLS1.3":             "minimum is TLS1.2",
@@ -148,6 +147,13 @@ func TestParseServeEtcdOnlyFlags(t *testing.T) {
 		return ""
 	}); err == nil || !strings.Contains(err.Error(), "ETCD_UNSAFE_NO_FSYNC") {
 		t.Errorf("ETCD_UNSAFE_NO_FSYNC=true: err = %v, want it refused by name", err)
+	}
+
+	if c, _, err := parseServeConfig(base, none); err != nil || !c.StrictReconfigCheck {
+		t.Fatalf("--strict-reconfig-check default: %v, err %v (etcd's default is true)", c.StrictReconfigCheck, err)
+	}
+	if c, _, err := parseServeConfig(append(base, "--strict-reconfig-check=false"), none); err != nil || c.StrictReconfigCheck {
+		t.Fatalf("--strict-reconfig-check=false: %v, err %v", c.StrictReconfigCheck, err)
 	}
 
 	c, _, err := parseServeConfig(append(base, "--grpc-keepalive-min-time=10s", "--grpc-keepalive-interval=1m", "--grpc-keepalive-timeout=3s"), none)

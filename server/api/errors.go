@@ -15,6 +15,10 @@ import (
 	"github.com/tenure-io/tenure/server/raftnode"
 )
 
+// errNotEnoughStartedMembers is etcd's answer (code Unknown, as etcd sends
+// it; rpctypes has no constant for it).
+var errNotEnoughStartedMembers = status.Error(codes.Unknown, "etcdserver: re-configuration failed due to not enough started members")
+
 var errMap = []struct {
 	err  error
 	grpc error
@@ -30,6 +34,7 @@ var errMap = []struct {
 	{raftnode.ErrNotLearner, rpctypes.ErrGRPCMemberNotLearner},
 	{raftnode.ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
 	{raftnode.ErrUnhealthyCluster, rpctypes.ErrGRPCUnhealthy},
+	{raftnode.ErrNotEnoughStartedMembers, errNotEnoughStartedMembers},
 	{raftnode.ErrBadLeaderTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
 	{apply.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{apply.ErrStopped, rpctypes.ErrGRPCStopped},

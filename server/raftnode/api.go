@@ -20,6 +20,9 @@ var (
 	ErrNotLearner       = errors.New("tenure: can only promote a learner member")
 	ErrTooManyLearners  = errors.New("tenure: too many learner members in cluster")
 	ErrUnhealthyCluster = errors.New("tenure: unhealthy cluster")
+	// ErrNotEnoughStartedMembers: a membership change that would leave fewer
+	// members that have ever started than a quorum (etcd's wording).
+	ErrNotEnoughStartedMembers = errors.New("tenure: re-configuration failed due to not enough started members")
 	// ErrBadLeaderTransferee: TransferLeadership to a member that does not
 	// exist or is a learner (etcd answers MoveLeader the same way).
 	ErrBadLeaderTransferee = errors.New("tenure: bad leader transferee")

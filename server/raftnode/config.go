@@ -42,6 +42,10 @@ type Config struct {
 	// needs for up to this long and sends them merged. Zero, the default,
 	// sends every append to every follower at once.
 	ThriftyDelay time.Duration
+	// StrictReconfigCheck refuses membership changes that could leave the
+	// cluster without a quorum of running members (etcd's
+	// --strict-reconfig-check, on by default there; see strict.go).
+	StrictReconfigCheck bool
 
 	StateMachine   StateMachine
 	Logger         *slog.Logger

@@ -205,7 +205,8 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 
 // AddMember adds a member (a voter, or a learner) with the given peer URLs.
 // It returns the new member and the member list after the change.
-// Errors: ErrPeerURLExists, ErrTooManyLearners, plus Propose's errors.
+// Errors: ErrPeerURLExists, ErrTooManyLearners, ErrUnhealthyCluster and
+// ErrNotEnoughStartedMembers (strict.go), plus Propose's errors.
 func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (Member, []Member, error) {
 	learners := 0
 	for _, m := range n.Members() {
@@ -220,6 +221,9 @@ func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (
 	}
 	if learner && learners >= 1 {
 		return Member{}, nil, ErrTooManyLearners
+	}
+	if err := n.mayAdd(learner); err != nil {
+		return Member{}, nil, err
 	}
 	var id uint64
 	for {
@@ -248,6 +252,9 @@ func (n *Node) AddMember(ctx context.Context, peerURLs []string, learner bool) (
 func (n *Node) RemoveMember(ctx context.Context, id uint64) ([]Member, error) {
 	if _, ok := n.member(id); !ok {
 		return nil, ErrMemberNotFound
+	}
+	if err := n.mayRemove(id); err != nil {
+		return nil, err
 	}
 	if lead, _ := n.leader(); lead == id {
 		if to := n.transferTarget(id); to != 0 {
@@ -305,6 +312,9 @@ func (n *Node) PromoteMember(ctx context.Context, id uint64) ([]Member, error) {
 	pr, ok := st.Progress[id]
 	if !ok || float64(pr.Match) < float64(leaderMatch)*0.9 {
 		return nil, ErrLearnerNotReady
+	}
+	if err := n.mayPromote(); err != nil {
+		return nil, err
 	}
 	m.IsLearner = false
 	ctxb, _ := json.Marshal(m)

@@ -110,6 +110,14 @@ func (nw *MemNetwork) handler(id uint64) Handler {
 	return nw.handlers[id]
 }
 
+// reachable is whether from → to delivers at all (not cut, the receiver
+// running), random drops aside.
+func (nw *MemNetwork) reachable(from, to uint64) bool {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	return nw.handlers[to] != nil && !nw.cut[[2]uint64{from, to}]
+}
+
 // verdict decides the fate of one message on from → to.
 func (nw *MemNetwork) verdict(from, to uint64) (h Handler, delay time.Duration, ok bool) {
 	nw.mu.Lock()
@@ -133,6 +141,7 @@ type memTransport struct {
 	id      uint64
 	mu      sync.Mutex
 	peers   map[uint64]bool
+	since   map[uint64]time.Time
 	queues  map[uint64]chan *raftpb.Message
 	stopc   chan struct{}
 	wg      sync.WaitGroup
@@ -160,12 +169,34 @@ func (t *memTransport) AddPeer(id uint64, _ []string) {
 		t.peers = map[uint64]bool{}
 	}
 	t.peers[id] = true
+	if t.since == nil {
+		t.since = map[uint64]time.Time{}
+	}
+	if _, ok := t.since[id]; !ok {
+		t.since[id] = time.Now()
+	}
 	t.mu.Unlock()
+}
+
+// ActiveSince: an in-memory peer is up from when it was added while the
+// network delivers to it (a cut link or a stopped peer is down).
+func (t *memTransport) ActiveSince(id uint64) time.Time {
+	t.mu.Lock()
+	since, ok := t.since[id]
+	t.mu.Unlock()
+	if !ok {
+		return time.Time{}
+	}
+	if !t.nw.reachable(t.id, id) {
+		return time.Time{}
+	}
+	return since
 }
 
 func (t *memTransport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	delete(t.peers, id)
+	delete(t.since, id)
 	t.mu.Unlock()
 }
 

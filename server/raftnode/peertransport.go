@@ -352,6 +352,20 @@ func (t *PeerTransport) startPeer(p *streamPeer) {
 	go p.run()
 }
 
+// ActiveSince is when the raft stream to peer id last came up (zero while
+// it is down).
+func (t *PeerTransport) ActiveSince(id uint64) time.Time {
+	t.mu.Lock()
+	p := t.peers[id]
+	t.mu.Unlock()
+	if p == nil {
+		return time.Time{}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.since
+}
+
 func (t *PeerTransport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

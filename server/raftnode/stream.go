@@ -145,6 +145,7 @@ type streamPeer struct {
 	wake    chan struct{}   // the current connection's writer: pending has data
 	down    bool            // unreachable already reported since the last connection
 	full    bool            // the backlog overflowed and was logged; cleared when it drains
+	since   time.Time       // when conn came up; zero while not connected
 }
 
 // send writes or queues one or more frames; it never blocks on the peer.
@@ -261,6 +262,7 @@ func (p *streamPeer) breakLocked(err error) {
 	p.t.log.Debug("raft stream broken", "peer", fmt.Sprintf("%x", p.id), "err", err)
 	_ = p.conn.Close()
 	p.conn, p.raw, p.pending, p.writing, p.direct = nil, nil, nil, false, false
+	p.since = time.Time{}
 }
 
 // writeLoop drains pending for one connection with blocking writes.
@@ -335,6 +337,7 @@ func (p *streamPeer) run() {
 		wake := make(chan struct{}, 1)
 		p.mu.Lock()
 		p.conn, p.wake, p.down, p.pending, p.writing, p.direct = conn, wake, false, nil, false, false
+		p.since = time.Now()
 		if tc, ok := conn.(*net.TCPConn); ok {
 			p.raw, _ = tc.SyscallConn()
 		}

@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 )
@@ -46,6 +47,10 @@ type Transport interface {
 	// SendSnapshot streams m (a MsgSnap without Data) and the pairs next
 	// yields to m.To and returns once the receiver has installed it or failed.
 	SendSnapshot(ctx context.Context, m *raftpb.Message, next SnapshotReader) error
+	// ActiveSince is when the current connection to peer id came up (zero
+	// while there is none): etcd's measure of a peer being up, for the
+	// strict reconfiguration check.
+	ActiveSince(id uint64) time.Time
 	// AddPeer adds or updates a peer's URLs; RemovePeer forgets a peer.
 	AddPeer(id uint64, urls []string)
 	RemovePeer(id uint64)
