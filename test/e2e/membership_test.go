@@ -139,6 +139,23 @@ func memberIDByName(ctx context.Context, cli *clientv3.Client, name string) (uin
 // etcdctl member add (learner) → new `tenure serve --initial-cluster-state
 // existing` → member promote (refused before it caught up) → member remove of
 // the leader, all under concurrent writes; no acknowledged write is lost.
+// etcdctlMembership runs an etcdctl membership command, again while it is
+// refused as "unhealthy cluster": with --strict-reconfig-check (on by
+// default, in etcd as in Tenure) a change is refused until the member's
+// raft streams to its peers have been up for 5 s, as on a cluster just
+// started or just changed.
+func etcdctlMembership(t *testing.T, c *cluster.Cluster, ctx context.Context, args ...string) (out string, err error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err = c.Etcdctl(ctx, args...)
+		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(deadline) {
+			return out, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func TestMembershipAddPromoteRemoveUnderLoad(t *testing.T) {
 	c := start(t, cluster.Options{})
 	ctx := testCtx(t, 180*time.Second)
@@ -147,7 +164,7 @@ func TestMembershipAddPromoteRemoveUnderLoad(t *testing.T) {
 
 	// A learner that never started cannot be promoted: clear error.
 	ghost := freePort(t)
-	out, err := c.Etcdctl(ctx, "member", "add", "ghost", "--learner", "--peer-urls=http://"+ghost)
+	out, err := etcdctlMembership(t, c, ctx, "member", "add", "ghost", "--learner", "--peer-urls=http://"+ghost)
 	if err != nil {
 		t.Fatalf("member add ghost: %v\n%s", err, out)
 	}
@@ -166,13 +183,13 @@ func TestMembershipAddPromoteRemoveUnderLoad(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "can only promote a learner member which is in sync with leader") {
 		t.Fatalf("promote of a learner that never caught up: %v\n%s", err, out)
 	}
-	if out, err := c.Etcdctl(ctx, "member", "remove", fmt.Sprintf("%x", ghostID)); err != nil {
+	if out, err := etcdctlMembership(t, c, ctx, "member", "remove", fmt.Sprintf("%x", ghostID)); err != nil {
 		t.Fatalf("member remove ghost: %v\n%s", err, out)
 	}
 
 	// Add a real learner and start it.
 	peer, client := freePort(t), freePort(t)
-	out, err = c.Etcdctl(ctx, "member", "add", "m3", "--learner", "--peer-urls=http://"+peer)
+	out, err = etcdctlMembership(t, c, ctx, "member", "add", "m3", "--learner", "--peer-urls=http://"+peer)
 	if err != nil {
 		t.Fatalf("member add m3: %v\n%s", err, out)
 	}
@@ -220,7 +237,7 @@ func TestMembershipAddPromoteRemoveUnderLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, err := c.Etcdctl(ctx, "member", "remove", fmt.Sprintf("%x", leaderID)); err != nil {
+	if out, err := etcdctlMembership(t, c, ctx, "member", "remove", fmt.Sprintf("%x", leaderID)); err != nil {
 		t.Fatalf("member remove leader m%d: %v\n%s", l, err, out)
 	}
 	// A removed member stops by itself (TestRemovedMemberStops).
