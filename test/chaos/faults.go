@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenure-io/tenure/server/failpoint"
@@ -352,9 +354,19 @@ func (s *scheduler) replace() {
 	lcancel()
 	s.r.logf("fault: replace member %d (id %x, the leader: %v): member remove, member add, fresh data dir", i, id, l == i)
 	s.r.fault("replace")
-	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = cli.MemberRemove(rctx, id)
-	rcancel()
+	// The strict reconfiguration check (on by default, in etcd as in
+	// Tenure) refuses removing a running member as "unhealthy cluster"
+	// until this member's streams to its peers have been up 5 s, as after
+	// a restart fault: retry that answer, as an operator would.
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = cli.MemberRemove(rctx, id)
+		rcancel()
+		if err == nil || !errors.Is(err, rpctypes.ErrUnhealthy) || ctx.Err() != nil {
+			break
+		}
+		sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		// unknown outcome: the member list says
 		if still, lerr := s.memberID(ctx, cli, i); lerr == nil && still == id {
