@@ -104,6 +104,14 @@
 //     the node. New refuses a store whose member applied its own removal
 //     (ErrMemberRemoved).
 //
+//   - With Config.StrictReconfigCheck (strict.go, etcd's
+//     --strict-reconfig-check), AddMember, RemoveMember and PromoteMember
+//     first check that the change cannot leave the cluster without a quorum
+//     of running members: a peer counts as running once this member's raft
+//     stream to it has been up for 5 s (Transport.ActiveSince), and voters
+//     need a quorum of members that have ever started (published a name).
+//     Refusals: ErrUnhealthyCluster, ErrNotEnoughStartedMembers.
+//
 // Observability: Config.Observer receives disk sync, apply and snapshot-send
 // timings (hot paths: callbacks must be cheap); syncs and applies over 100 ms
 // are logged ("slow fdatasync", "apply request took too long"). TLS for the
@@ -112,5 +120,7 @@
 // Errors: ErrNoLeader, ErrTimeout, ErrStopped, ErrMemberRemoved, ErrProposalDropped,
 // ErrMemberNotFound, ErrMemberExists, ErrLearnerNotReady, ErrPeerURLExists,
 // ErrNotLearner, ErrTooManyLearners, ErrNotLeader (PromoteMember off-leader),
-// ErrBadLeaderTransferee (TransferLeadership to an unknown member or a learner).
+// ErrBadLeaderTransferee (TransferLeadership to an unknown member or a learner),
+// ErrUnhealthyCluster and ErrNotEnoughStartedMembers (the strict
+// reconfiguration check).
 package raftnode
