@@ -52,6 +52,10 @@ var etcdOnlyFlags = []etcdOnlyFlag{
 	{name: "cipher-suites", accepts: []string{""}, why: "Tenure uses Go's default TLS cipher suites"},
 	{name: "tls-min-version", accepts: []string{"", "TLS1.2"}, why: "Tenure's TLS minimum is TLS1.2"},
 	{name: "tls-max-version", accepts: []string{"", "TLS1.3"}, why: "Tenure's TLS maximum is TLS1.3"},
+	{name: "max-learners", accepts: []string{"1"}, why: "Tenure allows one learner at a time, etcd's default"},
+	{name: "experimental-max-learners", accepts: []string{"1"}, why: "Tenure allows one learner at a time, etcd's default"},
+	{name: "distributed-tracing-address", accepts: []string{""}, why: "Tenure exports no traces"},
+	{name: "experimental-distributed-tracing-address", accepts: []string{""}, why: "Tenure exports no traces"},
 	{name: "enable-distributed-tracing", accepts: []string{"false"}, isBool: true, why: "Tenure exports no traces"},
 	{name: "experimental-enable-distributed-tracing", accepts: []string{"false"}, isBool: true, why: "Tenure exports no traces"},
 	// Tuning of files and engines Tenure does not have: its raft log and

@@ -119,7 +119,7 @@ func TestParseServeEtcdOnlyFlags(t *testing.T) {
 	none := func(string) string { return "" }
 	_, ws, err := parseServeConfig(append(base, "--logger=zap", "--log-outputs=stderr", "--pre-vote=true", "--enable-v2=false",
 		"--auto-tls=false", "--unsafe-no-fsync=false", "--metrics=extensive", "--tls-min-version=TLS1.2", "--max-wals=5",
-		"--experimental-enable-lease-checkpoint", "--corrupt-check-time=0s"), none)
+		"--experimental-enable-lease-checkpoint", "--corrupt-check-time=0s", "--max-learners=1"), none)
 	if err != nil {
 		t.Fatalf("etcd flags that describe Tenure: %v", err)
 	}
@@ -132,6 +132,7 @@ func TestParseServeEtcdOnlyFlags(t *testing.T) {
 		"--log-outputs=/var/log/etcd.log":      "logs to stderr",
 		"--pre-vote=false":                     "pre-vote is always on",
 		"--discovery-srv=example.com":          "no DNS discovery",
+		"--max-learners=3":                     "one learner at a time",
 		"--tls-min-version=TLS1.3":             "minimum is TLS1.2",
 		"--experimental-corrupt-check-time=5m": "periodic corruption check",
 	} {
