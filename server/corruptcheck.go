@@ -10,10 +10,9 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/raftnode"
 )
 
@@ -69,8 +68,8 @@ func initialCorruptCheck(ctx context.Context, lg *slog.Logger, self uint64, loca
 	return nil
 }
 
-// fetchPeerHashes asks each peer (in parallel, one client URL after another
-// until one answers) for HashKV at rev.
+// fetchPeerHashes asks each peer, in parallel, for HashKV at rev, at the
+// client URL requests are forwarded to (api.DialMember).
 func fetchPeerHashes(ctx context.Context, self uint64, rev int64, peers []raftnode.Member, creds credentials.TransportCredentials) []peerHash {
 	var (
 		mu  sync.Mutex
@@ -78,45 +77,26 @@ func fetchPeerHashes(ctx context.Context, self uint64, rev int64, peers []raftno
 		wg  sync.WaitGroup
 	)
 	for _, p := range peers {
-		if p.ID == self || len(p.ClientURLs) == 0 {
+		if p.ID == self {
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var last peerHash
-			for _, u := range p.ClientURLs {
-				last = peerHash{id: p.ID, url: u}
-				last.resp, last.err = hashKVAt(ctx, u, rev, creds)
-				if last.err == nil {
-					break
-				}
+			h := peerHash{id: p.ID, url: strings.Join(p.ClientURLs, ",")}
+			if conn := api.DialMember(p, creds); conn == nil {
+				h.err = errors.New("no client URL this member can dial (https needs --cert-file)")
+			} else {
+				// Fail fast: a peer that is down (a whole cluster restarting)
+				// is skipped at once instead of holding this member's start.
+				h.resp, h.err = pb.NewMaintenanceClient(conn).HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+				_ = conn.Close()
 			}
 			mu.Lock()
-			out = append(out, last)
+			out = append(out, h)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 	return out
-}
-
-func hashKVAt(ctx context.Context, url string, rev int64, creds credentials.TransportCredentials) (*pb.HashKVResponse, error) {
-	target, secure := strings.CutPrefix(url, "https://")
-	target = strings.TrimPrefix(target, "http://")
-	tc := insecure.NewCredentials()
-	if secure {
-		if creds == nil {
-			return nil, errors.New("https client URL and no --cert-file to dial it with")
-		}
-		tc = creds
-	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(tc))
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
-	// Fail fast: a peer that is down (a whole cluster restarting) is
-	// skipped at once instead of holding this member's start.
-	return pb.NewMaintenanceClient(conn).HashKV(ctx, &pb.HashKVRequest{Revision: rev})
 }

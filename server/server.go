@@ -151,15 +151,6 @@ type Member struct {
 
 var errUnknownNotice = errors.New("empty or unknown notice")
 
-// orDefault is d, or def when d is unset (a Config built without
-// DefaultConfig or ApplyDefaults).
-func orDefault(d, def time.Duration) time.Duration {
-	if d <= 0 {
-		return def
-	}
-	return d
-}
-
 // Start opens the store, starts raft and the listeners, and returns once
 // the member is serving (it may not have a leader yet).
 func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
@@ -343,8 +334,8 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		grpc.MaxRecvMsgSize(cfg.MaxRequestBytes+grpcOverheadBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: orDefault(cfg.GRPCKeepAliveMinTime, DefaultGRPCKeepAliveMin), PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: orDefault(cfg.GRPCKeepAliveInterval, DefaultGRPCKeepAlive), Timeout: orDefault(cfg.GRPCKeepAliveTimeout, DefaultGRPCKeepAliveWait)}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cfg.GRPCKeepAliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: cfg.GRPCKeepAliveInterval, Timeout: cfg.GRPCKeepAliveTimeout}),
 		grpc.ChainUnaryInterceptor(mm.unary),
 		grpc.ChainStreamInterceptor(mm.stream),
 		// Reused handler goroutines keep their grown stacks: a fresh

@@ -270,7 +270,7 @@ func TestEnvName(t *testing.T) {
 
 func TestUnknownEnv(t *testing.T) {
 	ws := unknownEnv([]string{"TENURE_NAME=x", "TENURE_NAEM=y", "HOME=/root", "TENURE_ENDPOINTS=z", "ETCD_NAME=e", "ETCD_ENABLE_V2=true", "ETCDCTL_API=3"},
-		map[string]bool{"TENURE_NAME": true, "TENURE_ENDPOINTS": true}, map[string]bool{"name": true})
+		map[string]bool{"TENURE_NAME": true, "TENURE_ENDPOINTS": true, "ETCD_NAME": true})
 	if len(ws) != 2 || !strings.Contains(ws[0], "TENURE_NAEM") || !strings.Contains(ws[1], "ETCD_ENABLE_V2") {
 		t.Errorf("unknownEnv = %q", ws)
 	}

@@ -110,8 +110,11 @@ func newRootCmd(a *app) *cobra.Command {
 
 // envName is the environment variable for a flag: TENURE_ + upper case,
 // '-' → '_'.
-func envName(flag string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+func envName(flag string) string { return prefixedEnvName(envPrefix, flag) }
+
+// prefixedEnvName is a flag's variable under another prefix (etcd's ETCD_).
+func prefixedEnvName(prefix, flag string) string {
+	return prefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
 // applyEnv sets each named flag not given on the command line from its
@@ -128,7 +131,7 @@ func applyEnvPrefix(fs *pflag.FlagSet, names []string, env func(string) string, 
 	var errs []error
 	fromEnv = map[string]bool{}
 	for _, name := range names {
-		key := prefix + strings.TrimPrefix(envName(name), envPrefix)
+		key := prefixedEnvName(prefix, name)
 		v := env(key)
 		f := fs.Lookup(name)
 		if v == "" || f == nil {

@@ -235,16 +235,16 @@ func parseServeFlags(args []string, env func(string) string) (*serveFlags, serve
 const etcdEnvPrefix = "ETCD_"
 
 // unknownEnv lists TENURE_* and ETCD_* variables in environ that no flag
-// reads (known holds the TENURE_ names read, serveFlags the flags whose
-// ETCD_ names are).
-func unknownEnv(environ []string, known, serveFlags map[string]bool) []string {
+// reads (known: the names that are read).
+func unknownEnv(environ []string, known map[string]bool) []string {
 	var ws []string
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case strings.HasPrefix(k, envPrefix) && !known[k]:
+		case known[k]:
+		case strings.HasPrefix(k, envPrefix):
 			ws = append(ws, fmt.Sprintf("unrecognized environment variable %s", k))
-		case strings.HasPrefix(k, etcdEnvPrefix) && !serveFlags[strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(k, etcdEnvPrefix), "_", "-"))]:
+		case strings.HasPrefix(k, etcdEnvPrefix):
 			ws = append(ws, fmt.Sprintf("unrecognized environment variable %s (no tenure serve flag of that name; ignored)", k))
 		}
 	}
@@ -331,16 +331,16 @@ func newServeCmd(a *app) *cobra.Command {
 				}
 				return withCode(exitConfig, err)
 			}
-			known, serveFlags := map[string]bool{}, map[string]bool{}
+			known := map[string]bool{}
 			for _, n := range flagNames(cmd.Flags()) {
 				known[envName(n)] = true
-				serveFlags[n] = true
+				known[prefixedEnvName(etcdEnvPrefix, n)] = true
 			}
 			for _, n := range clientFlagNames {
 				known[envName(n)] = true
 			}
 			known["TENURE_FAILPOINTS"] = true // read by server/failpoint (crash tests)
-			warnings = append(warnings, unknownEnv(a.environ(), known, serveFlags)...)
+			warnings = append(warnings, unknownEnv(a.environ(), known)...)
 
 			lg, err := server.NewLogger(cfg.LogLevel, cfg.LogFormat, a.stderr)
 			if err != nil {

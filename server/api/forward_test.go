@@ -29,7 +29,7 @@ func TestDialMemberPicksAUsableClientURL(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			conn := dialMember(raftnode.Member{ClientURLs: tc.urls}, tc.creds)
+			conn := DialMember(raftnode.Member{ClientURLs: tc.urls}, tc.creds)
 			if tc.target == "" {
 				if conn != nil {
 					conn.Close()

@@ -633,7 +633,7 @@ func isForwarded(ctx context.Context) bool {
 }
 
 // forwardPromote sends a MemberPromote to the leader's client URL. Without
-// a usable leader URL (see dialMember) it answers etcd's "not leader".
+// a usable leader URL (see DialMember) it answers etcd's "not leader".
 func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
 	if isForwarded(ctx) {
 		return nil, rpctypes.ErrGRPCNotLeader
@@ -650,20 +650,21 @@ func (s *Server) forwardPromote(ctx context.Context, r *pb.MemberPromoteRequest)
 	return nil, rpctypes.ErrGRPCNotLeader
 }
 
-// dialMemberID is dialMember for the member with that ID (nil if none).
+// dialMemberID is DialMember for the member with that ID (nil if none).
 func (s *Server) dialMemberID(id uint64) *grpc.ClientConn {
 	for _, m := range s.cfg.Node.Members() {
 		if m.ID == id {
-			return dialMember(m, s.cfg.ForwardCreds)
+			return DialMember(m, s.cfg.ForwardCreds)
 		}
 	}
 	return nil
 }
 
-// dialMember connects to the first of m's client URLs it can use: http://
+// DialMember connects to the first of m's client URLs it can use: http://
 // in plaintext, https:// with tlsCreds (skipped when nil). Requests this
-// member cannot complete itself are forwarded there; nil if none is usable.
-func dialMember(m raftnode.Member, tlsCreds credentials.TransportCredentials) *grpc.ClientConn {
+// member cannot complete itself are forwarded there, and the initial
+// corruption check asks peers for their hashes there; nil if none is usable.
+func DialMember(m raftnode.Member, tlsCreds credentials.TransportCredentials) *grpc.ClientConn {
 	for _, raw := range m.ClientURLs {
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -686,7 +687,7 @@ func dialMember(m raftnode.Member, tlsCreds credentials.TransportCredentials) *g
 }
 
 // forwardRemove sends a MemberRemove to another member's client URL (the
-// leader when that is another member; see dialMember for which URLs). ok is false when no other
+// leader when that is another member; see DialMember for which URLs). ok is false when no other
 // member could be asked, and the caller proposes the removal itself.
 func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error, bool) {
 	if isForwarded(ctx) {
@@ -702,7 +703,7 @@ func (s *Server) forwardRemove(ctx context.Context, r *pb.MemberRemoveRequest) (
 		if m.ID == self || m.IsLearner {
 			continue
 		}
-		if conn := dialMember(m, s.cfg.ForwardCreds); conn != nil {
+		if conn := DialMember(m, s.cfg.ForwardCreds); conn != nil {
 			resp, err := pb.NewClusterClient(conn).MemberRemove(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), r)
 			_ = conn.Close()
 			return resp, err, true

@@ -140,8 +140,7 @@ type memTransport struct {
 	nw      *MemNetwork
 	id      uint64
 	mu      sync.Mutex
-	peers   map[uint64]bool
-	since   map[uint64]time.Time
+	peers   map[uint64]time.Time // known peers, and when each was added (ActiveSince)
 	queues  map[uint64]chan *raftpb.Message
 	stopc   chan struct{}
 	wg      sync.WaitGroup
@@ -152,7 +151,7 @@ func (t *memTransport) Start(id uint64, h Handler) error {
 	t.mu.Lock()
 	t.id = id
 	if t.peers == nil {
-		t.peers = map[uint64]bool{}
+		t.peers = map[uint64]time.Time{}
 	}
 	t.queues = map[uint64]chan *raftpb.Message{}
 	t.stopc = make(chan struct{})
@@ -166,14 +165,10 @@ func (t *memTransport) Start(id uint64, h Handler) error {
 func (t *memTransport) AddPeer(id uint64, _ []string) {
 	t.mu.Lock()
 	if t.peers == nil {
-		t.peers = map[uint64]bool{}
+		t.peers = map[uint64]time.Time{}
 	}
-	t.peers[id] = true
-	if t.since == nil {
-		t.since = map[uint64]time.Time{}
-	}
-	if _, ok := t.since[id]; !ok {
-		t.since[id] = time.Now()
+	if _, ok := t.peers[id]; !ok {
+		t.peers[id] = time.Now()
 	}
 	t.mu.Unlock()
 }
@@ -182,7 +177,7 @@ func (t *memTransport) AddPeer(id uint64, _ []string) {
 // network delivers to it (a cut link or a stopped peer is down).
 func (t *memTransport) ActiveSince(id uint64) time.Time {
 	t.mu.Lock()
-	since, ok := t.since[id]
+	since, ok := t.peers[id]
 	t.mu.Unlock()
 	if !ok {
 		return time.Time{}
@@ -196,7 +191,6 @@ func (t *memTransport) ActiveSince(id uint64) time.Time {
 func (t *memTransport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	delete(t.peers, id)
-	delete(t.since, id)
 	t.mu.Unlock()
 }
 
@@ -208,7 +202,7 @@ func (t *memTransport) Send(msgs []*raftpb.Message) {
 	}
 	for _, m := range msgs {
 		to := m.GetTo()
-		if !t.peers[to] {
+		if _, ok := t.peers[to]; !ok {
 			continue
 		}
 		q := t.queues[to]

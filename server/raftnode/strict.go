@@ -1,9 +1,6 @@
 package raftnode
 
-import (
-	"fmt"
-	"time"
-)
+import "time"
 
 // The strict reconfiguration check is etcd's (--strict-reconfig-check):
 // before proposing a membership change, the member that received it makes
@@ -85,8 +82,7 @@ func (n *Node) mayAdd(learner bool) error {
 	if c := n.connectedSince(vs, time.Now().Add(-healthInterval)); c < quorumOf(len(vs)+1) {
 		n.log.Warn("rejecting member add request; local member has not been connected to a quorum of the grown cluster",
 			"connected", c, "voters-after", len(vs)+1, "quorum-after", quorumOf(len(vs)+1))
-		return fmt.Errorf("%w: %d of %d voters reachable for %v, and the grown cluster needs %d",
-			ErrUnhealthyCluster, c, len(vs), healthInterval, quorumOf(len(vs)+1))
+		return ErrUnhealthyCluster
 	}
 	return nil
 }
@@ -112,8 +108,7 @@ func (n *Node) mayRemove(id uint64) error {
 	if c := n.connectedSince(vs, time.Now().Add(-healthInterval)); c-1 < quorumOf(len(vs)-1) {
 		n.log.Warn("rejecting member remove request; the running members left would be fewer than a quorum",
 			"connected", c, "voters-after", len(vs)-1)
-		return fmt.Errorf("%w: %d of %d voters reachable for %v, and removing a running one leaves fewer than the %d the rest need",
-			ErrUnhealthyCluster, c, len(vs), healthInterval, quorumOf(len(vs)-1))
+		return ErrUnhealthyCluster
 	}
 	return nil
 }
