@@ -67,6 +67,20 @@ func (n *Node) setApplied(idx, term uint64) {
 	n.appliedMu.Unlock()
 }
 
+// deliverConfChanges answers the callers of the conf changes applied so
+// far. The Ready loop calls it after Advance.
+func (n *Node) deliverConfChanges() {
+	n.ccMu.Lock()
+	defer n.ccMu.Unlock()
+	for _, r := range n.ccApplied {
+		if c, ok := n.ccWaiters[r.id]; ok {
+			c <- r.err
+			delete(n.ccWaiters, r.id)
+		}
+	}
+	n.ccApplied = n.ccApplied[:0]
+}
+
 type ccResult struct {
 	id  uint64
 	err error
@@ -165,12 +179,13 @@ func (n *Node) applyEntries(ents []*raftpb.Entry) {
 		n.committed()
 	}
 	n.setApplied(last, term)
-	for _, r := range ccDone {
+	if len(ccDone) > 0 {
+		// Answered by the Ready loop once raft has been told (Advance) that
+		// these changes are applied: a caller answered earlier may propose
+		// its next change while raft still counts this one as pending, and
+		// raft drops that one.
 		n.ccMu.Lock()
-		if c, ok := n.ccWaiters[r.id]; ok {
-			c <- r.err
-			delete(n.ccWaiters, r.id)
-		}
+		n.ccApplied = append(n.ccApplied, ccDone...)
 		n.ccMu.Unlock()
 	}
 	if selfGone {

@@ -72,6 +72,15 @@
 //     a bounded channel; a group containing a conf change is waited for before
 //     Advance so raft never counts votes from removed members.
 //
+//   - Raft accepts one unapplied conf change at a time and turns a second
+//     into an empty entry. A conf change's caller is therefore answered only
+//     after Advance has told raft it is applied, so a script's next change
+//     is not refused; and the leader, which sees raft swap the entry
+//     (errConfChangeDropped), proposes a refused change again once more is
+//     applied. A follower forwards changes and cannot see the refusal: it
+//     proposes removals (idempotent) again every election timeout; an
+//     addition refused there runs to its deadline.
+//
 //   - Restart replays entries from the last compaction snapshot; the apply
 //     loop skips entries <= the stored applied index but still hands every
 //     conf change to raft (ApplyConfChange), as etcd does.

@@ -172,27 +172,54 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 		delete(n.ccWaiters, id)
 		n.ccMu.Unlock()
 	}()
-	// Raft silently replaces a conf change with an empty entry while an
-	// earlier one may be unapplied — which is always true for a leader that
+	// Raft replaces a conf change with an empty entry while an earlier one
+	// may be unapplied, as far as raft knows — always true for a leader that
 	// has just been elected (e.g. right after RemoveMember handed leadership
-	// away). Idempotent changes are therefore proposed again, same Id, every
-	// election timeout until one is applied (found by the chaos soak:
-	// removing the leader timed out). Others are proposed once.
+	// away). On the leader the refusal is seen at once
+	// (errConfChangeDropped): the change is proposed again once something
+	// more is applied, or after a tick. A follower forwards the change and
+	// cannot see the leader's refusal: idempotent changes (removals) are
+	// proposed again, same Id, every election timeout until one is applied
+	// (found by the chaos soak: removing the leader timed out); others wait
+	// for their deadline.
 	var retry <-chan time.Time
 	if cc.GetType() == raftpb.ConfChangeRemoveNode {
 		t := time.NewTicker(n.cfg.TickInterval * time.Duration(n.cfg.ElectionTicks))
 		defer t.Stop()
 		retry = t.C
 	}
-	if err := n.rn.ProposeConfChange(ctx, cc); err != nil {
-		return n.mapErr(ctx, err)
+	for logged := false; ; {
+		_, appliedc := n.appliedWait()
+		err := n.rn.ProposeConfChange(ctx, cc)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errConfChangeDropped) {
+			return n.mapErr(ctx, err)
+		}
+		if !logged {
+			n.log.Info("membership change waits for an earlier one to be applied", "change", cc.GetType().String(), "member", fmt.Sprintf("%x", cc.GetNodeId()))
+			logged = true
+		}
+		t := time.NewTimer(n.cfg.TickInterval)
+		select {
+		case <-appliedc:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return n.mapErr(ctx, ctx.Err())
+		case <-n.stopc:
+			t.Stop()
+			return ErrStopped
+		}
+		t.Stop()
 	}
 	for {
 		select {
 		case err := <-c:
 			return err
 		case <-retry:
-			if err := n.rn.ProposeConfChange(ctx, cc); err != nil {
+			if err := n.rn.ProposeConfChange(ctx, cc); err != nil && !errors.Is(err, errConfChangeDropped) {
 				return n.mapErr(ctx, err)
 			}
 		case <-ctx.Done():

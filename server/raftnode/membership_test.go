@@ -1,10 +1,13 @@
 package raftnode
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -133,4 +136,94 @@ func TestJoinIgnoresAStartedRecordAtOurPeerURLs(t *testing.T) {
 	if _, _, _, err := findSelf(nctx, none, []string{"http://m4:2380"}, self); err == nil || !strings.Contains(err.Error(), "run member add first") {
 		t.Fatalf("err %v: want the not-a-member error", err)
 	}
+}
+
+// Membership changes issued back to back — each as soon as the previous one
+// returns, as a script replacing members does — must all go through. Raft
+// drops a conf change proposed while an earlier one is not yet known to it
+// as applied (it becomes an empty entry); the caller used to wait for its
+// whole deadline and get a timeout.
+func TestBackToBackMembershipChanges(t *testing.T) {
+	r := testSeed(t)
+	c := newTestCluster(t, 3, r.Int63(), false, nil)
+	l := c.leader()
+	for k := 0; k < 20; k++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		m, _, err := c.nodes[l].AddMember(ctx, []string{fmt.Sprintf("http://b2b-%d:2380", k)}, k%2 == 0)
+		if err != nil {
+			cancel()
+			t.Fatalf("change %d: add: %v", k, err)
+		}
+		if _, err := c.nodes[l].RemoveMember(ctx, m.ID); err != nil {
+			cancel()
+			t.Fatalf("change %d: remove: %v", k, err)
+		}
+		cancel()
+	}
+	if n := len(c.nodes[l].Members()); n != 3 {
+		t.Fatalf("%d members after adding and removing 20, want 3", n)
+	}
+}
+
+// A conf change the leader's raft refuses because an earlier one is not yet
+// applied is proposed again once that one is, instead of waiting out its
+// caller's deadline. The leader's apply loop is held so that the first
+// change is committed but unapplied when the second is proposed.
+func TestConfChangeRefusedWhileOneIsPendingIsProposedAgain(t *testing.T) {
+	r := testSeed(t)
+	var logs lockedBuffer
+	c := newTestCluster(t, 3, r.Int63(), false, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("m", cfg.Name)
+	})
+	l := c.leader()
+	c.propose(l, []byte("settled"))
+	n := c.nodes[l]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	n.applyMu.Lock()
+	locked := true
+	defer func() {
+		if locked {
+			n.applyMu.Unlock()
+		}
+	}()
+	errs := make(chan error, 2)
+	go func() { _, _, err := n.AddMember(ctx, []string{"http://pending-a:2380"}, false); errs <- err }()
+	waitFor(t, 5*time.Second, "the first change committed, not applied", func() bool {
+		st := n.Status()
+		return st.CommitIndex > st.AppliedIndex
+	})
+	go func() { _, _, err := n.AddMember(ctx, []string{"http://pending-b:2380"}, false); errs <- err }()
+	waitFor(t, 5*time.Second, "raft to refuse the second change", func() bool {
+		return strings.Contains(logs.String(), "membership change waits for an earlier one to be applied")
+	})
+	n.applyMu.Unlock()
+	locked = false
+	for k := 0; k < 2; k++ {
+		if err := <-errs; err != nil {
+			t.Fatalf("add: %v", err)
+		}
+	}
+	if got := len(n.Members()); got != 5 {
+		t.Fatalf("%d members, want 5", got)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -93,6 +93,7 @@ type Node struct {
 	removedIDs   map[uint64]bool // members removed from the cluster (membersMu)
 	ccMu         sync.Mutex
 	ccWaiters    map[uint64]chan error
+	ccApplied    []ccResult // applied, answered after raft's Advance (ccMu)
 	ccSeq        atomic.Uint64
 	readc        chan struct{}
 	readMu       sync.Mutex
@@ -477,6 +478,9 @@ func (n *Node) readyLoop() {
 				return
 			}
 			n.rn.advance(rd)
+			if hasConfChange(rd.CommittedEntries) {
+				n.deliverConfChanges()
+			}
 		}
 	}
 }
@@ -620,7 +624,7 @@ func (n *Node) dispatchApply(ents []*raftpb.Entry) bool {
 		return true
 	}
 	item := applyItem{ents: ents}
-	if slices.ContainsFunc(ents, isConfChange) {
+	if hasConfChange(ents) {
 		item.done = make(chan struct{})
 	}
 	select {
@@ -639,6 +643,8 @@ func (n *Node) dispatchApply(ents []*raftpb.Entry) bool {
 }
 
 func isConfChange(e *raftpb.Entry) bool { return e.GetType() != raftpb.EntryNormal }
+
+func hasConfChange(ents []*raftpb.Entry) bool { return slices.ContainsFunc(ents, isConfChange) }
 
 // send hands messages to the transport; MsgSnap goes through the snapshot path.
 func (n *Node) send(msgs []*raftpb.Message) {

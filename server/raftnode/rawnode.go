@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -92,12 +93,28 @@ func (r *rawNode) Propose(ctx context.Context, data []byte) error {
 	return r.propose(ctx, &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{{Data: data}}})
 }
 
+// errConfChangeDropped: this member is the leader and raft replaced the
+// conf change with an empty entry, because an earlier one may still be
+// unapplied (raft allows one pending change at a time). The change will
+// never be applied; proposing it again later is safe.
+var errConfChangeDropped = errors.New("raftnode: conf change dropped while an earlier one is pending")
+
+// ProposeConfChange proposes cc. On the leader, raft's refusal is seen
+// right away: it swaps the entry in the stepped message for an empty one
+// (errConfChangeDropped). A follower forwards the message and cannot see
+// the leader's refusal.
 func (r *rawNode) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) error {
 	m, err := confChangeMsg(cc)
 	if err != nil {
 		return err
 	}
-	return r.propose(ctx, m)
+	if err := r.propose(ctx, m); err != nil {
+		return err
+	}
+	if m.GetEntries()[0].GetType() == raftpb.EntryNormal {
+		return errConfChangeDropped
+	}
+	return nil
 }
 
 // confChangeMsg builds the proposal raft.RawNode.ProposeConfChange steps.
