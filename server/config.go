@@ -26,10 +26,12 @@ type Config struct {
 	HeartbeatInterval        time.Duration // --heartbeat-interval (ms on the command line)
 	ElectionTimeout          time.Duration // --election-timeout (ms on the command line)
 	SnapshotCount            uint64        // --snapshot-count
+	SnapshotCatchUpEntries   uint64        // --snapshot-catchup-entries: raft log entries kept behind a compaction for slow followers
 	QuotaBackendBytes        int64         // --quota-backend-bytes
 	MaxRequestBytes          int           // --max-request-bytes
 	MaxTxnOps                int           // --max-txn-ops
 	ListenMetricsURLs        []string      // --listen-metrics-urls
+	ListenClientHTTPURLs     []string      // --listen-client-http-urls: HTTP services here only, gRPC alone on the client URLs
 	LogLevel                 string        // --log-level: debug|info|warn|error
 	LogFormat                string        // --log-format: json|text
 	EnablePprof              bool          // --enable-pprof: /debug/pprof on the client URLs
@@ -57,6 +59,10 @@ type Config struct {
 	// etcd) refuses membership changes that could leave the cluster without
 	// a quorum of running members (raftnode/strict.go).
 	StrictReconfigCheck bool
+	// InitialElectionTickAdvance (--initial-election-tick-advance, default
+	// true as in etcd) fast-forwards a starting member's election clock once
+	// it reaches a quorum of peers (server/raftnode/tickadvance.go).
+	InitialElectionTickAdvance bool
 	// gRPC keepalive on the client port, etcd's --grpc-keepalive-*: the
 	// shortest ping interval a client may use (MinTime), how long a quiet
 	// connection waits before the server pings it (Interval), and how long
@@ -109,6 +115,7 @@ const (
 	DefaultHeartbeatInterval   = 100 * time.Millisecond
 	DefaultElectionTimeout     = 1000 * time.Millisecond
 	DefaultSnapshotCount       = 10000
+	DefaultSnapshotCatchUp     = 5000
 	DefaultQuotaBackendBytes   = 2 << 30
 	DefaultMaxRequestBytes     = 3 << 19 // 1.5 MiB
 	DefaultMaxTxnOps           = 128
@@ -138,6 +145,7 @@ func DefaultConfig() Config {
 		HeartbeatInterval:           DefaultHeartbeatInterval,
 		ElectionTimeout:             DefaultElectionTimeout,
 		SnapshotCount:               DefaultSnapshotCount,
+		SnapshotCatchUpEntries:      DefaultSnapshotCatchUp,
 		QuotaBackendBytes:           DefaultQuotaBackendBytes,
 		MaxRequestBytes:             DefaultMaxRequestBytes,
 		MaxTxnOps:                   DefaultMaxTxnOps,
@@ -152,6 +160,7 @@ func DefaultConfig() Config {
 		AutoCompactionRetention:     "0",
 		EnableGRPCGateway:           true,
 		StrictReconfigCheck:         true,
+		InitialElectionTickAdvance:  true,
 		GRPCKeepAliveMinTime:        DefaultGRPCKeepAliveMin,
 		GRPCKeepAliveInterval:       DefaultGRPCKeepAlive,
 		GRPCKeepAliveTimeout:        DefaultGRPCKeepAliveWait,

@@ -165,7 +165,7 @@ func unwrapURLError(err error) error {
 //   - RequestTimeout, LeaseCheckpointInterval, LeaseExpiryRate, WatchProgressNotifyInterval 0 → their defaults
 //
 // It does not touch Name, the URL lists, or the tunables where an explicit 0
-// is a mistake (HeartbeatInterval, ElectionTimeout, SnapshotCount,
+// is a mistake (HeartbeatInterval, ElectionTimeout, SnapshotCount, SnapshotCatchUpEntries,
 // MaxRequestBytes, MaxTxnOps): Validate reports those, as etcd does. Start
 // from DefaultConfig() to get every default.
 func (c *Config) ApplyDefaults() {
@@ -264,6 +264,7 @@ func (c *Config) Validate() error {
 	checkURLs("--listen-peer-urls", cc.ListenPeerURLs, true, true)
 	advPeers := checkURLs("--initial-advertise-peer-urls", cc.InitialAdvertisePeerURLs, true, false)
 	checkURLs("--listen-metrics-urls", cc.ListenMetricsURLs, false, true)
+	checkURLs("--listen-client-http-urls", cc.ListenClientHTTPURLs, false, true)
 
 	members, probs := parseInitialCluster(cc.InitialCluster)
 	for _, p := range probs {
@@ -324,6 +325,9 @@ func (c *Config) Validate() error {
 	if cc.SnapshotCount == 0 {
 		add("--snapshot-count", "must be > 0")
 	}
+	if cc.SnapshotCatchUpEntries == 0 {
+		add("--snapshot-catchup-entries", "must be > 0")
+	}
 	if cc.QuotaBackendBytes < 0 {
 		add("--quota-backend-bytes", "must be >= 0 (0 means the default, %d), got %d", DefaultQuotaBackendBytes, cc.QuotaBackendBytes)
 	}
@@ -375,7 +379,7 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
-	checkTLS("", cc.ClientTLS, urlFlag{"--listen-client-urls", cc.ListenClientURLs}, urlFlag{"--listen-metrics-urls", cc.ListenMetricsURLs})
+	checkTLS("", cc.ClientTLS, urlFlag{"--listen-client-urls", cc.ListenClientURLs}, urlFlag{"--listen-metrics-urls", cc.ListenMetricsURLs}, urlFlag{"--listen-client-http-urls", cc.ListenClientHTTPURLs})
 	checkTLS("peer-", cc.PeerTLS, urlFlag{"--listen-peer-urls", cc.ListenPeerURLs})
 
 	if cc.RequestTimeout < 0 {

@@ -22,14 +22,15 @@ import (
 )
 
 // httpHandler serves what operators scrape next to the gRPC API, on the
-// client URLs (as etcd does) and on --listen-metrics-urls:
+// client URLs (as etcd does; on --listen-client-http-urls instead when that
+// is given) and on --listen-metrics-urls:
 //
 //	/health, /livez, /readyz  etcd's health checks (healthhttp.go)
 //	/version  etcd's: {"etcdserver":"3.7.3","etcdcluster":"3.7.0"}
 //	/metrics  Prometheus: tenure_ names, and etcd's names for those that
 //	          mean the same (etcdmetrics.go)
 //	/v3/      etcd's gRPC gateway (JSON over HTTP), when gateway is not nil:
-//	          the client URLs only
+//	          the client (or client HTTP) URLs only
 func (m *Member) httpHandler(withPprof bool, gateway http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	if gateway != nil {

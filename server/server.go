@@ -222,23 +222,25 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		forwardCreds = credentials.NewTLS(dial)
 	}
 	node, err := raftnode.New(raftnode.Config{
-		Name:                cfg.Name,
-		DB:                  db,
-		ClusterToken:        cfg.InitialClusterToken,
-		InitialCluster:      members,
-		NewCluster:          cfg.InitialClusterState != "existing",
-		ClientURLs:          cfg.AdvertiseClientURLs,
-		PeerURLs:            cfg.InitialAdvertisePeerURLs,
-		TickInterval:        cfg.HeartbeatInterval,
-		ElectionTicks:       electionTicks,
-		SnapshotCount:       cfg.SnapshotCount,
-		MaxRequestBytes:     cfg.MaxRequestBytes,
-		ThriftyDelay:        cfg.ThriftyReplication,
-		StrictReconfigCheck: cfg.StrictReconfigCheck,
-		StateMachine:        ap,
-		Logger:              lg,
-		Observer:            mm.observer(),
-		PeerTLS:             peerDial,
+		Name:                       cfg.Name,
+		DB:                         db,
+		ClusterToken:               cfg.InitialClusterToken,
+		InitialCluster:             members,
+		NewCluster:                 cfg.InitialClusterState != "existing",
+		ClientURLs:                 cfg.AdvertiseClientURLs,
+		PeerURLs:                   cfg.InitialAdvertisePeerURLs,
+		TickInterval:               cfg.HeartbeatInterval,
+		ElectionTicks:              electionTicks,
+		SnapshotCount:              cfg.SnapshotCount,
+		SnapshotCatchUpEntries:     cfg.SnapshotCatchUpEntries,
+		MaxRequestBytes:            cfg.MaxRequestBytes,
+		ThriftyDelay:               cfg.ThriftyReplication,
+		StrictReconfigCheck:        cfg.StrictReconfigCheck,
+		InitialElectionTickAdvance: cfg.InitialElectionTickAdvance,
+		StateMachine:               ap,
+		Logger:                     lg,
+		Observer:                   mm.observer(),
+		PeerTLS:                    peerDial,
 		OnLeaderChange: func(ev raftnode.LeaderEvent) {
 			if ev.Leader != 0 {
 				mm.leaderChanges.Inc()
@@ -403,6 +405,12 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			return nil, fmt.Errorf("--listen-client-urls: %w", lerr)
 		}
 		lis = append(lis, l)
+		if len(cfg.ListenClientHTTPURLs) > 0 {
+			// etcd's --listen-client-http-urls: the HTTP services move there
+			// and the client URLs serve gRPC alone.
+			mem.serve(clientSrv, l)
+			continue
+		}
 		// gRPC and HTTP share the client port, as in etcd: cmux routes by
 		// the HTTP/2 content-type.
 		mux := cmux.New(l)
@@ -412,6 +420,15 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gwh), httpL)
 		mem.wg.Add(1)
 		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
+	}
+	for _, u := range cfg.ListenClientHTTPURLs {
+		l, lerr := listen(u, clientTLS)
+		if lerr != nil {
+			closeLis()
+			return nil, fmt.Errorf("--listen-client-http-urls: %w", lerr)
+		}
+		lis = append(lis, l)
+		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gwh), l)
 	}
 	for _, u := range cfg.ListenMetricsURLs {
 		l, lerr := listen(u, clientTLS)

@@ -124,9 +124,13 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.Int64Var(&o.heartbeatMs, "heartbeat-interval", o.heartbeatMs, "time (in milliseconds) of a heartbeat interval")
 	fs.Int64Var(&o.electionMs, "election-timeout", o.electionMs, "time (in milliseconds) for an election to time out; at least 5 × --heartbeat-interval, at most 50000")
 	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "number of committed transactions to trigger a snapshot to disk")
+	fs.Uint64Var(&c.SnapshotCatchUpEntries, "snapshot-catchup-entries", c.SnapshotCatchUpEntries, "raft log entries kept behind a log compaction, so a slow follower can catch up without a snapshot")
+	fs.Uint64Var(&c.SnapshotCatchUpEntries, "experimental-snapshot-catchup-entries", c.SnapshotCatchUpEntries, "same as --snapshot-catchup-entries")
+	_ = fs.MarkHidden("experimental-snapshot-catchup-entries")
 	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "raise an alarm when the store exceeds this size in bytes (0 = default)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "maximum client request size in bytes the server will accept (at most 64 MiB)")
 	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "maximum number of operations permitted in a transaction")
+	fs.Var(urlList{&c.ListenClientHTTPURLs}, "listen-client-http-urls", "comma-separated URLs to serve the HTTP services on (/v3/ JSON gateway, /health, /metrics, /version); when given, --listen-client-urls serve gRPC only")
 	fs.Var(urlList{&c.ListenMetricsURLs}, "listen-metrics-urls", "comma-separated URLs to serve /metrics, /livez and /readyz on (in addition to the client URLs)")
 	fs.DurationVar(&c.LeaseCheckpointInterval, "lease-checkpoint-interval", c.LeaseCheckpointInterval, "how often the leader records remaining lease TTLs through raft; a leader change may extend a lease by at most this much")
 	fs.IntVar(&c.LeaseExpiryRate, "lease-expiry-rate", c.LeaseExpiryRate, "maximum lease revocations per second (an expiry storm is spread out at this rate)")
@@ -136,6 +140,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	// etcd before 3.6 spelled it with experimental- (kubeadm's manifests still do).
 	fs.DurationVar(&c.WatchProgressNotifyInterval, "experimental-watch-progress-notify-interval", c.WatchProgressNotifyInterval, "same as --watch-progress-notify-interval")
 	_ = fs.MarkHidden("experimental-watch-progress-notify-interval")
+	fs.BoolVar(&c.InitialElectionTickAdvance, "initial-election-tick-advance", c.InitialElectionTickAdvance, "fast-forward a starting member's election clock once it reaches a quorum of peers, so a cluster started together elects a leader sooner")
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "refuse membership changes that could leave the cluster without a quorum of running members")
 	fs.Var(featureGates{c}, "feature-gates", "etcd's feature gates, Name=true|false,...; Tenure knows InitialCorruptCheck (compare this member's HashKV with its peers' before it starts, and refuse to start on a mismatch)")
 	// etcd 3.5 spelled it as a flag of its own (kubeadm's manifests still do).
@@ -190,7 +195,7 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 	cfg.HeartbeatInterval = time.Duration(o.heartbeatMs) * time.Millisecond
 	cfg.ElectionTimeout = time.Duration(o.electionMs) * time.Millisecond
 	// Slices are shared with the flag values; copy so the Config is independent.
-	for _, p := range []*[]string{&cfg.ListenClientURLs, &cfg.AdvertiseClientURLs, &cfg.ListenPeerURLs, &cfg.InitialAdvertisePeerURLs, &cfg.ListenMetricsURLs} {
+	for _, p := range []*[]string{&cfg.ListenClientURLs, &cfg.AdvertiseClientURLs, &cfg.ListenPeerURLs, &cfg.InitialAdvertisePeerURLs, &cfg.ListenMetricsURLs, &cfg.ListenClientHTTPURLs} {
 		*p = slices.Clone(*p)
 	}
 	cfg.ApplyDefaults()

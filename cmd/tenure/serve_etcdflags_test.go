@@ -169,3 +169,34 @@ func TestParseServeEtcdOnlyFlags(t *testing.T) {
 		t.Fatalf("negative keepalive timeout: %v", err)
 	}
 }
+
+// etcd's --snapshot-catchup-entries (and its experimental- spelling),
+// --initial-election-tick-advance and --listen-client-http-urls set
+// Tenure's settings of the same meaning.
+func TestParseServeRaftAndHTTPFlags(t *testing.T) {
+	base := []string{"--name=a"}
+	none := func(string) string { return "" }
+	c, _, err := parseServeConfig(base, none)
+	if err != nil || c.SnapshotCatchUpEntries != 5000 || !c.InitialElectionTickAdvance || len(c.ListenClientHTTPURLs) != 0 {
+		t.Fatalf("defaults: catch-up %d, tick advance %v, http URLs %v, err %v", c.SnapshotCatchUpEntries, c.InitialElectionTickAdvance, c.ListenClientHTTPURLs, err)
+	}
+	c, _, err = parseServeConfig(append(base, "--snapshot-catchup-entries=100", "--initial-election-tick-advance=false",
+		"--listen-client-http-urls=http://127.0.0.1:2382"), none)
+	if err != nil || c.SnapshotCatchUpEntries != 100 || c.InitialElectionTickAdvance || len(c.ListenClientHTTPURLs) != 1 || c.ListenClientHTTPURLs[0] != "http://127.0.0.1:2382" {
+		t.Fatalf("flags: catch-up %d, tick advance %v, http URLs %v, err %v", c.SnapshotCatchUpEntries, c.InitialElectionTickAdvance, c.ListenClientHTTPURLs, err)
+	}
+	c, _, err = parseServeConfig(append(base, "--experimental-snapshot-catchup-entries=200"), none)
+	if err != nil || c.SnapshotCatchUpEntries != 200 {
+		t.Fatalf("--experimental-snapshot-catchup-entries: %d, err %v", c.SnapshotCatchUpEntries, err)
+	}
+	// As in etcd, more entries may be kept than are compacted at a time.
+	if c, _, err := parseServeConfig(append(base, "--snapshot-count=100", "--snapshot-catchup-entries=5000"), none); err != nil || c.SnapshotCatchUpEntries != 5000 {
+		t.Fatalf("catch-up entries above the snapshot count: %d, err %v", c.SnapshotCatchUpEntries, err)
+	}
+	if _, _, err := parseServeConfig(append(base, "--snapshot-catchup-entries=0"), none); err == nil || !strings.Contains(err.Error(), "--snapshot-catchup-entries: must be > 0") {
+		t.Fatalf("no catch-up entries: %v", err)
+	}
+	if _, _, err := parseServeConfig(append(base, "--listen-client-http-urls=127.0.0.1:2382"), none); err == nil || !strings.Contains(err.Error(), "--listen-client-http-urls") {
+		t.Fatalf("client HTTP URL without a scheme: %v", err)
+	}
+}

@@ -31,7 +31,7 @@ type Config struct {
 	TickInterval           time.Duration // one raft tick (= heartbeat interval); default 100ms
 	ElectionTicks          int           // election timeout in ticks; default 10
 	SnapshotCount          uint64        // applied entries between log compactions; default 10000
-	SnapshotCatchUpEntries uint64        // entries kept behind a compaction; default 5000
+	SnapshotCatchUpEntries uint64        // entries kept behind a compaction; default 5000 (may exceed SnapshotCount, as in etcd)
 	MaxRequestBytes        int           // bounds MaxSizePerMsg and peer frames and messages; default 1.5 MiB
 	// DeferLinger bounds how long the leader holds a deferrable proposal
 	// (ProposalDeferrer) waiting for another to share its round; default
@@ -46,6 +46,11 @@ type Config struct {
 	// cluster without a quorum of running members (etcd's
 	// --strict-reconfig-check, on by default there; see strict.go).
 	StrictReconfigCheck bool
+	// InitialElectionTickAdvance fast-forwards a starting voter's election
+	// clock once its raft streams reach a quorum (etcd's
+	// --initial-election-tick-advance, on by default there; see
+	// tickadvance.go). A sole voter's clock is advanced regardless.
+	InitialElectionTickAdvance bool
 
 	StateMachine   StateMachine
 	Logger         *slog.Logger
@@ -91,9 +96,6 @@ func (c *Config) Validate() error {
 	}
 	if c.ElectionTicks != 0 && c.ElectionTicks < 3 {
 		errs = append(errs, fmt.Errorf("raftnode: Config.ElectionTicks=%d, want >= 3", c.ElectionTicks))
-	}
-	if c.SnapshotCount != 0 && c.SnapshotCatchUpEntries > c.SnapshotCount*10 {
-		errs = append(errs, errors.New("raftnode: Config.SnapshotCatchUpEntries is unreasonably larger than SnapshotCount"))
 	}
 	return errors.Join(errs...)
 }

@@ -405,8 +405,9 @@ func (n *Node) Start() {
 		go n.applyLoop()
 		go n.readIndexLoop()
 		go n.leaderEventLoop()
-		n.wg.Add(1)
+		n.wg.Add(2)
 		go n.publishAttrs()
+		go n.advanceElectionClock()
 	})
 }
 
