@@ -16,6 +16,7 @@ import (
 type Config struct {
 	Name                     string        // --name
 	DataDir                  string        // --data-dir
+	WALDir                   string        // --wal-dir: the write-ahead log (every raft log fsync) on its own disk; default inside DataDir
 	ListenClientURLs         []string      // --listen-client-urls
 	AdvertiseClientURLs      []string      // --advertise-client-urls
 	ListenPeerURLs           []string      // --listen-peer-urls
@@ -101,6 +102,12 @@ type TLSInfo struct {
 	// ClientCertAuth requires every connecting client (or peer) to present a
 	// certificate signed by TrustedCAFile; others are refused in the handshake.
 	ClientCertAuth bool
+	// ClientCertFile and ClientKeyFile, when set, are what this member
+	// presents when it is the one dialing (etcd's --client-cert-file and
+	// --peer-client-cert-file): for certificates issued for server use only
+	// (without the clientAuth usage). Empty: CertFile and KeyFile.
+	ClientCertFile string
+	ClientKeyFile  string
 }
 
 // Empty reports whether no TLS file is configured.
@@ -198,8 +205,12 @@ func (t TLSInfo) ServerConfig() (*tls.Config, error) {
 // other with the peer certificate, verified against TrustedCAFile).
 func (t TLSInfo) ClientConfig() (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, NextProtos: []string{"h2"}}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	certFile, keyFile := t.CertFile, t.KeyFile
+	if t.ClientCertFile != "" {
+		certFile, keyFile = t.ClientCertFile, t.ClientKeyFile
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 		if err != nil {
 			return nil, err
 		}

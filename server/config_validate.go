@@ -359,6 +359,15 @@ func (c *Config) Validate() error {
 		if (t.CertFile == "") != (t.KeyFile == "") {
 			add("--"+flagPrefix+"cert-file", "--%scert-file and --%skey-file must be given together", flagPrefix, flagPrefix)
 		}
+		if (t.ClientCertFile == "") != (t.ClientKeyFile == "") {
+			add("--"+flagPrefix+"client-cert-file", "--%sclient-cert-file and --%sclient-key-file must be given together", flagPrefix, flagPrefix)
+		} else if t.ClientCertFile != "" {
+			if t.CertFile == "" {
+				add("--"+flagPrefix+"client-cert-file", "needs --%scert-file: it replaces that certificate when this member dials", flagPrefix)
+			} else if _, err := t.ClientConfig(); err != nil {
+				add("--"+flagPrefix+"client-cert-file", "%v", err)
+			}
+		}
 		if t.ClientCertAuth && t.TrustedCAFile == "" {
 			add("--"+flagPrefix+"client-cert-auth", "needs --%strusted-ca-file", flagPrefix)
 		}

@@ -158,7 +158,9 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := storage.Open(cfg.DataDir, storage.Options{})
+	db, err := storage.Open(cfg.DataDir, storage.Options{WALDir: cfg.WALDir, OnWALMoved: func(from, to string) {
+		lg.Warn("write-ahead log moved: recovered its earlier files and writes it here from now on", "from", from, "to", to)
+	}})
 	if err != nil {
 		return nil, err
 	}

@@ -18,4 +18,9 @@
 //     segments, so a synced append does not also persist a new file size;
 //     recovery reads the zeros past the last record as the log's end, as it
 //     does for Pebble's own preallocation and recycled logs.
+//   - The WAL lives in dir/db unless Options.WALDir names another
+//     directory (--wal-dir). Pebble refuses to open when the previous WAL
+//     directory differs; Open then lists that directory for recovery and
+//     reports the move (Options.OnWALMoved), so changing or dropping
+//     --wal-dir never loses the log's unflushed tail.
 package storage

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/wal"
 )
 
 // Key prefixes. Values below StateMachineStart belong to the raft layer and are
@@ -53,6 +54,15 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is the memtable size (default 32 MiB).
 	MemTableBytes uint64
+	// WALDir, when set, holds the store's write-ahead log — the durable
+	// raft log's every fsync — instead of dir/db (etcd's --wal-dir: a
+	// dedicated disk keeps the log's syncs away from compactions).
+	WALDir string
+	// OnWALMoved is told when Open found the log's earlier files in
+	// another directory than the one it now uses (WALDir given, changed
+	// or dropped), recovered them from there, and writes the log here
+	// from now on.
+	OnWALMoved func(from, to string)
 }
 
 // Open opens (creating if needed) the Pebble store in dir/db.
@@ -68,13 +78,32 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 	}
 	cache := pebble.NewCache(o.CacheBytes)
 	defer cache.Unref()
+	fs := walExtendFS{vfs.Default}
 	opts := &pebble.Options{
 		Cache:        cache,
 		MemTableSize: o.MemTableBytes,
 		Logger:       quietLogger{},
-		FS:           walExtendFS{vfs.Default},
+		FS:           fs,
 	}
-	db, err := pebble.Open(filepath.Join(dir, "db"), opts)
+	storeDir := filepath.Join(dir, "db")
+	walDir := storeDir
+	if o.WALDir != "" {
+		if err := os.MkdirAll(o.WALDir, 0o700); err != nil {
+			return nil, fmt.Errorf("tenure: storage: create WAL dir: %w", err)
+		}
+		opts.WALDir, walDir = o.WALDir, o.WALDir
+	}
+	db, err := pebble.Open(storeDir, opts)
+	// The log was last written elsewhere (the WAL dir was given, changed or
+	// dropped since): Pebble refuses rather than lose what only those
+	// files hold. Recover from there; new log files go to walDir.
+	var moved pebble.ErrMissingWALRecoveryDir
+	if errors.As(err, &moved) {
+		opts.WALRecoveryDirs = append(opts.WALRecoveryDirs, wal.Dir{FS: fs, Dirname: moved.Dir})
+		if db, err = pebble.Open(storeDir, opts); err == nil && o.OnWALMoved != nil {
+			o.OnWALMoved(moved.Dir, walDir)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("tenure: storage: open %s: %w", dir, err)
 	}

@@ -63,6 +63,13 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 // client, and returns the cert and key file paths.
 func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
 	t.Helper()
+	return ca.issueFor(t, dir, name, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+// issueFor signs a certificate for 127.0.0.1/localhost with only the given
+// extended key usages.
+func (ca *testCA) issueFor(t *testing.T, dir, name string, usages ...x509.ExtKeyUsage) (certFile, keyFile string) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +78,7 @@ func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile strin
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage: usages,
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
@@ -305,4 +312,60 @@ func TestTLS(t *testing.T) {
 			}
 		}
 	})
+}
+
+// etcd's --client-cert-file and --peer-client-cert-file: members whose
+// certificates are issued for server use only (no clientAuth usage, so Go's
+// TLS refuses them from a dialer) present a client certificate when they
+// dial: the peers form a cluster under --peer-client-cert-auth, and a
+// member's removal of itself, which it forwards to another member's client
+// URL under --client-cert-auth, goes through.
+func TestTLSSeparateClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "tenure")
+	srvCert, srvKey := ca.issueFor(t, dir, "server", x509.ExtKeyUsageServerAuth)
+	peerCert, peerKey := ca.issueFor(t, dir, "peer", x509.ExtKeyUsageServerAuth)
+	dialCert, dialKey := ca.issueFor(t, dir, "member-client", x509.ExtKeyUsageClientAuth)
+	cliCert, cliKey := ca.issueFor(t, dir, "client", x509.ExtKeyUsageClientAuth)
+
+	c := newProcCluster(t, procOptions{Size: 3, Scheme: "https"})
+	c.startAll(
+		"--cert-file", srvCert, "--key-file", srvKey, "--trusted-ca-file", ca.file, "--client-cert-auth",
+		"--client-cert-file", dialCert, "--client-key-file", dialKey,
+		"--peer-cert-file", peerCert, "--peer-key-file", peerKey, "--peer-trusted-ca-file", ca.file, "--peer-client-cert-auth",
+		"--peer-client-cert-file", dialCert, "--peer-client-key-file", dialKey,
+	)
+	ctx := testCtx(t, 60*time.Second)
+	good := clientTLS(t, ca.file, cliCert, cliKey)
+	if err := c.waitReady(ctx, good); err != nil {
+		t.Fatalf("cluster with server-only member certificates not ready: %v", err)
+	}
+	cli := c.client(good, c.endpoint(0))
+	st, err := cli.Status(ctx, c.endpoint(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A member removing itself forwards the removal to another member's
+	// client URL (api.Server.forwardRemove), dialing with --client-cert-file.
+	// etcd's strict reconfiguration check refuses it as "unhealthy cluster"
+	// until the raft streams have been up for 5 s.
+	self := st.Header.MemberId
+	for {
+		_, err := cli.MemberRemove(ctx, self)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "unhealthy cluster") || ctx.Err() != nil {
+			t.Fatalf("member %x removing itself (forwarded over TLS): %v", self, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond): // the check's 5 s window, polled
+		}
+	}
+	rest := c.client(good, c.endpoint(1), c.endpoint(2))
+	ml, err := rest.MemberList(ctx)
+	if err != nil || len(ml.Members) != 2 {
+		t.Fatalf("after the removal: %v %v", ml, err)
+	}
 }
