@@ -14,28 +14,30 @@ import (
 // Config is everything `tenure serve` takes. Field names follow etcd's flags
 // (the flag is given in each comment) so an etcd command line carries over.
 type Config struct {
-	Name                     string        // --name
-	DataDir                  string        // --data-dir
-	WALDir                   string        // --wal-dir: the write-ahead log (every raft log fsync) on its own disk; default inside DataDir
-	ListenClientURLs         []string      // --listen-client-urls
-	AdvertiseClientURLs      []string      // --advertise-client-urls
-	ListenPeerURLs           []string      // --listen-peer-urls
-	InitialAdvertisePeerURLs []string      // --initial-advertise-peer-urls
-	InitialCluster           string        // --initial-cluster: name=url[,name=url...]
-	InitialClusterState      string        // --initial-cluster-state: new | existing
-	InitialClusterToken      string        // --initial-cluster-token
-	HeartbeatInterval        time.Duration // --heartbeat-interval (ms on the command line)
-	ElectionTimeout          time.Duration // --election-timeout (ms on the command line)
-	SnapshotCount            uint64        // --snapshot-count
-	SnapshotCatchUpEntries   uint64        // --snapshot-catchup-entries: raft log entries kept behind a compaction for slow followers
-	QuotaBackendBytes        int64         // --quota-backend-bytes
-	MaxRequestBytes          int           // --max-request-bytes
-	MaxTxnOps                int           // --max-txn-ops
-	ListenMetricsURLs        []string      // --listen-metrics-urls
-	ListenClientHTTPURLs     []string      // --listen-client-http-urls: HTTP services here only, gRPC alone on the client URLs
-	LogLevel                 string        // --log-level: debug|info|warn|error
-	LogFormat                string        // --log-format: json|text
-	EnablePprof              bool          // --enable-pprof: /debug/pprof on the client URLs
+	Name                        string        // --name
+	DataDir                     string        // --data-dir
+	WALDir                      string        // --wal-dir: the write-ahead log (every raft log fsync) on its own disk; default inside DataDir
+	ListenClientURLs            []string      // --listen-client-urls
+	AdvertiseClientURLs         []string      // --advertise-client-urls
+	ListenPeerURLs              []string      // --listen-peer-urls
+	InitialAdvertisePeerURLs    []string      // --initial-advertise-peer-urls
+	InitialCluster              string        // --initial-cluster: name=url[,name=url...]
+	InitialClusterState         string        // --initial-cluster-state: new | existing
+	InitialClusterToken         string        // --initial-cluster-token
+	HeartbeatInterval           time.Duration // --heartbeat-interval (ms on the command line)
+	ElectionTimeout             time.Duration // --election-timeout (ms on the command line)
+	SnapshotCount               uint64        // --snapshot-count
+	SnapshotCatchUpEntries      uint64        // --snapshot-catchup-entries: raft log entries kept behind a compaction for slow followers
+	WarningApplyDuration        time.Duration // --warning-apply-duration: an apply slower than this is logged ("apply request took too long")
+	WarningUnaryRequestDuration time.Duration // --warning-unary-request-duration: a unary request slower than this is logged ("request stats")
+	QuotaBackendBytes           int64         // --quota-backend-bytes
+	MaxRequestBytes             int           // --max-request-bytes
+	MaxTxnOps                   int           // --max-txn-ops
+	ListenMetricsURLs           []string      // --listen-metrics-urls
+	ListenClientHTTPURLs        []string      // --listen-client-http-urls: HTTP services here only, gRPC alone on the client URLs
+	LogLevel                    string        // --log-level: debug|info|warn|error
+	LogFormat                   string        // --log-format: json|text
+	EnablePprof                 bool          // --enable-pprof: /debug/pprof on the client URLs
 	// ThriftyReplication (--thrifty-replication), when positive, lets the
 	// leader hold its appends to the followers no commit needs for up to
 	// this long and send them merged (docs/architecture.md, "Thrifty
@@ -123,6 +125,8 @@ const (
 	DefaultElectionTimeout     = 1000 * time.Millisecond
 	DefaultSnapshotCount       = 10000
 	DefaultSnapshotCatchUp     = 5000
+	DefaultWarningApply        = 100 * time.Millisecond
+	DefaultWarningUnary        = 300 * time.Millisecond
 	DefaultQuotaBackendBytes   = 2 << 30
 	DefaultMaxRequestBytes     = 3 << 19 // 1.5 MiB
 	DefaultMaxTxnOps           = 128
@@ -153,6 +157,8 @@ func DefaultConfig() Config {
 		ElectionTimeout:             DefaultElectionTimeout,
 		SnapshotCount:               DefaultSnapshotCount,
 		SnapshotCatchUpEntries:      DefaultSnapshotCatchUp,
+		WarningApplyDuration:        DefaultWarningApply,
+		WarningUnaryRequestDuration: DefaultWarningUnary,
 		QuotaBackendBytes:           DefaultQuotaBackendBytes,
 		MaxRequestBytes:             DefaultMaxRequestBytes,
 		MaxTxnOps:                   DefaultMaxTxnOps,

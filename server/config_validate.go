@@ -162,7 +162,8 @@ func unwrapURLError(err error) error {
 //   - InitialClusterToken ""    → DefaultClusterToken
 //   - QuotaBackendBytes 0       → DefaultQuotaBackendBytes
 //   - LogLevel "", LogFormat "" → "info", "json"
-//   - RequestTimeout, LeaseCheckpointInterval, LeaseExpiryRate, WatchProgressNotifyInterval 0 → their defaults
+//   - RequestTimeout, LeaseCheckpointInterval, LeaseExpiryRate, WatchProgressNotifyInterval,
+//     WarningApplyDuration, WarningUnaryRequestDuration 0 → their defaults
 //
 // It does not touch Name, the URL lists, or the tunables where an explicit 0
 // is a mistake (HeartbeatInterval, ElectionTimeout, SnapshotCount, SnapshotCatchUpEntries,
@@ -217,6 +218,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.GRPCKeepAliveTimeout == 0 {
 		c.GRPCKeepAliveTimeout = DefaultGRPCKeepAliveWait
+	}
+	if c.WarningApplyDuration == 0 {
+		c.WarningApplyDuration = DefaultWarningApply
+	}
+	if c.WarningUnaryRequestDuration == 0 {
+		c.WarningUnaryRequestDuration = DefaultWarningUnary
 	}
 }
 
@@ -314,6 +321,8 @@ func (c *Config) Validate() error {
 		v    time.Duration
 	}{
 		{"--grpc-keepalive-min-time", cc.GRPCKeepAliveMinTime},
+		{"--warning-apply-duration", cc.WarningApplyDuration},
+		{"--warning-unary-request-duration", cc.WarningUnaryRequestDuration},
 		{"--grpc-keepalive-interval", cc.GRPCKeepAliveInterval},
 		{"--grpc-keepalive-timeout", cc.GRPCKeepAliveTimeout},
 	} {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"strings"
@@ -14,7 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/server/api"
 	"github.com/tenure-io/tenure/server/mvcc"
@@ -138,6 +141,10 @@ func (m *Member) newRegistry() *prometheus.Registry {
 // memberMetrics are the metrics updated on hot paths: atomic counters and
 // histograms only.
 type memberMetrics struct {
+	// slowUnary (--warning-unary-request-duration) and lg: a unary request
+	// slower than this is logged as etcd does ("request stats").
+	slowUnary     time.Duration
+	lg            *slog.Logger
 	leaderChanges prometheus.Counter
 	walSync       prometheus.Histogram
 	apply         prometheus.Histogram
@@ -227,7 +234,11 @@ func (mm *memberMetrics) unary(ctx context.Context, req any, info *grpc.UnarySer
 	mm.grpcStarted.WithLabelValues("unary", svc, meth).Inc()
 	start := time.Now()
 	resp, err := h(ctx, req)
-	mm.grpcSeconds.WithLabelValues("unary", svc, meth).Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	mm.grpcSeconds.WithLabelValues("unary", svc, meth).Observe(took.Seconds())
+	if mm.slowUnary > 0 && took > mm.slowUnary && mm.lg != nil {
+		mm.logSlowUnary(ctx, info.FullMethod, took, req, resp, err)
+	}
 	mm.grpcHandled.WithLabelValues("unary", svc, meth, status.Code(err).String()).Inc()
 	return resp, err
 }
@@ -245,4 +256,37 @@ func (mm *memberMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.Stream
 	err := h(srv, ss)
 	mm.grpcHandled.WithLabelValues(typ, svc, meth, status.Code(err).String()).Inc()
 	return err
+}
+
+// logSlowUnary is etcd's warning for a unary request slower than
+// --warning-unary-request-duration: its method, time, caller, and the
+// request's and answer's sizes (not their content: keys and values stay out
+// of the log).
+func (mm *memberMetrics) logSlowUnary(ctx context.Context, method string, took time.Duration, req, resp any, err error) {
+	attrs := []any{"method", method, "took", took, "expected-duration", mm.slowUnary}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		attrs = append(attrs, "remote", p.Addr.String())
+	}
+	if n, ok := messageSize(req); ok {
+		attrs = append(attrs, "request-size", n)
+	}
+	if n, ok := messageSize(resp); ok && err == nil {
+		attrs = append(attrs, "response-size", n)
+	}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	mm.lg.Warn("request stats", attrs...)
+}
+
+// messageSize is a message's encoded size, for etcd's gogo-generated types
+// (Size method) and protobuf-go ones alike.
+func messageSize(m any) (int, bool) {
+	switch v := m.(type) {
+	case interface{ Size() int }:
+		return v.Size(), true
+	case proto.Message:
+		return proto.Size(v), true
+	}
+	return 0, false
 }

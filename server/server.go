@@ -207,6 +207,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	}
 	electionTicks := int(cfg.ElectionTimeout / cfg.HeartbeatInterval)
 	mm := newMemberMetrics()
+	mm.slowUnary, mm.lg = cfg.WarningUnaryRequestDuration, lg
 	clientTLS, peerTLS, peerDial, err := tlsConfigs(cfg)
 	if err != nil {
 		return nil, err
@@ -235,6 +236,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		ElectionTicks:              electionTicks,
 		SnapshotCount:              cfg.SnapshotCount,
 		SnapshotCatchUpEntries:     cfg.SnapshotCatchUpEntries,
+		WarnApplyDuration:          cfg.WarningApplyDuration,
 		MaxRequestBytes:            cfg.MaxRequestBytes,
 		ThriftyDelay:               cfg.ThriftyReplication,
 		StrictReconfigCheck:        cfg.StrictReconfigCheck,

@@ -54,8 +54,10 @@ var etcdOnlyFlags = []etcdOnlyFlag{
 	{name: "tls-max-version", accepts: []string{"", "TLS1.3"}, why: "Tenure's TLS maximum is TLS1.3"},
 	{name: "max-learners", accepts: []string{"1"}, why: "Tenure allows one learner at a time, etcd's default"},
 	{name: "experimental-max-learners", accepts: []string{"1"}, why: "Tenure allows one learner at a time, etcd's default"},
-	{name: "distributed-tracing-address", accepts: []string{""}, why: "Tenure exports no traces"},
-	{name: "experimental-distributed-tracing-address", accepts: []string{""}, why: "Tenure exports no traces"},
+	// An address alone traces nothing (etcd's default is localhost:4317);
+	// asking for traces is refused above.
+	{name: "distributed-tracing-address", why: "Tenure exports no traces"},
+	{name: "experimental-distributed-tracing-address", why: "Tenure exports no traces"},
 	{name: "enable-distributed-tracing", accepts: []string{"false"}, isBool: true, why: "Tenure exports no traces"},
 	{name: "experimental-enable-distributed-tracing", accepts: []string{"false"}, isBool: true, why: "Tenure exports no traces"},
 	// Tuning of files and engines Tenure does not have: its raft log and
@@ -70,6 +72,43 @@ var etcdOnlyFlags = []etcdOnlyFlag{
 	{name: "corrupt-check-time", accepts: []string{"0", "0s"}, why: "Tenure does not run etcd's periodic corruption check; compare members with `etcdctl endpoint hashkv --cluster`, or restart with --feature-gates=InitialCorruptCheck=true"},
 	{name: "experimental-corrupt-check-time", accepts: []string{"0", "0s"}, why: "Tenure does not run etcd's periodic corruption check; compare members with `etcdctl endpoint hashkv --cluster`, or restart with --feature-gates=InitialCorruptCheck=true"},
 	{name: "experimental-compact-hash-check-enabled", accepts: []string{"false"}, isBool: true, why: "Tenure does not run etcd's compaction hash check; compare members with `etcdctl endpoint hashkv --cluster`"},
+	{name: "compact-hash-check-time", why: "Tenure does not run etcd's compaction hash check; compare members with `etcdctl endpoint hashkv --cluster`"},
+	{name: "compaction-batch-limit", why: "Tenure's history compaction runs in the background in Pebble range deletions, not in batches of bbolt transactions"},
+	{name: "compaction-sleep-interval", why: "Tenure's history compaction runs in the background in Pebble range deletions, not in batches of bbolt transactions"},
+	{name: "bootstrap-defrag-threshold-megabytes", why: "Tenure's store reclaims space by its own background compactions; there is nothing to defragment"},
+	{name: "downgrade-check-time", why: "Tenure has no downgrade process (etcdctl downgrade is refused with the reason)"},
+	{name: "raft-read-timeout", why: "Tenure's raft streams detect a dead peer through the election timeout's heartbeats"},
+	{name: "raft-write-timeout", why: "Tenure's raft streams detect a dead peer through the election timeout's heartbeats"},
+	{name: "log-rotation-config-json", why: "Tenure logs to stderr and rotates nothing"},
+	{name: "memory-mlock", accepts: []string{"false"}, isBool: true, why: "Tenure does not lock its memory"},
+	// Authentication: Tenure's is off for good (AuthStatus says so, user and
+	// role calls are refused); clients are told apart by their certificates.
+	{name: "auth-token", why: "Tenure has no user authentication (clients authenticate with certificates: --client-cert-auth)"},
+	{name: "auth-token-ttl", why: "Tenure has no user authentication (clients authenticate with certificates: --client-cert-auth)"},
+	{name: "bcrypt-cost", why: "Tenure has no user authentication (clients authenticate with certificates: --client-cert-auth)"},
+	{name: "client-cert-allowed-hostname", accepts: []string{""}, why: "Tenure does not restrict client certificates by host name; use a CA of its own for clients"},
+	{name: "peer-skip-client-san-verification", accepts: []string{"true"}, isBool: true, why: "Tenure checks a dialing peer's certificate against --peer-trusted-ca-file only, never its SAN against the peer's address"},
+	// The HTTP gateway: etcd's defaults are what Tenure does.
+	{name: "cors", accepts: []string{"", "*"}, why: "Tenure's HTTP endpoints send no CORS headers of their own; put a proxy in front of them for browsers"},
+	{name: "host-whitelist", accepts: []string{"", "*"}, why: "Tenure's HTTP endpoints accept any Host header; put a proxy in front of them to restrict it"},
+	// Discovery (etcd's v3 discovery): none without its endpoints.
+	{name: "discovery-endpoints", accepts: []string{""}, why: "Tenure has no discovery service; list the members with --initial-cluster"},
+	{name: "discovery-token", accepts: []string{""}, why: "Tenure has no discovery service; list the members with --initial-cluster"},
+	{name: "discovery-fallback", why: "Tenure has no discovery service"},
+	{name: "discovery-dial-timeout", why: "Tenure has no discovery service"},
+	{name: "discovery-request-timeout", why: "Tenure has no discovery service"},
+	{name: "discovery-keepalive-time", why: "Tenure has no discovery service"},
+	{name: "discovery-keepalive-timeout", why: "Tenure has no discovery service"},
+	{name: "discovery-insecure-transport", why: "Tenure has no discovery service"},
+	{name: "discovery-insecure-skip-tls-verify", why: "Tenure has no discovery service"},
+	{name: "discovery-cert", why: "Tenure has no discovery service"},
+	{name: "discovery-key", why: "Tenure has no discovery service"},
+	{name: "discovery-cacert", why: "Tenure has no discovery service"},
+	{name: "discovery-user", why: "Tenure has no discovery service"},
+	{name: "discovery-password", why: "Tenure has no discovery service"},
+	{name: "distributed-tracing-instance-id", why: "Tenure exports no traces"},
+	{name: "distributed-tracing-sampling-rate", why: "Tenure exports no traces"},
+	{name: "distributed-tracing-service-name", why: "Tenure exports no traces"},
 }
 
 // etcdOnlyValue checks one etcd-only flag's value as it is set.

@@ -141,6 +141,10 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	// etcd before 3.6 spelled it with experimental- (kubeadm's manifests still do).
 	fs.DurationVar(&c.WatchProgressNotifyInterval, "experimental-watch-progress-notify-interval", c.WatchProgressNotifyInterval, "same as --watch-progress-notify-interval")
 	_ = fs.MarkHidden("experimental-watch-progress-notify-interval")
+	fs.DurationVar(&c.WarningApplyDuration, "warning-apply-duration", c.WarningApplyDuration, "log an apply that takes longer than this (\"apply request took too long\")")
+	fs.DurationVar(&c.WarningUnaryRequestDuration, "warning-unary-request-duration", c.WarningUnaryRequestDuration, "log a unary request that takes longer than this (\"request stats\")")
+	fs.DurationVar(&c.WarningUnaryRequestDuration, "experimental-warning-unary-request-duration", c.WarningUnaryRequestDuration, "same as --warning-unary-request-duration")
+	_ = fs.MarkHidden("experimental-warning-unary-request-duration")
 	fs.BoolVar(&c.InitialElectionTickAdvance, "initial-election-tick-advance", c.InitialElectionTickAdvance, "fast-forward a starting member's election clock once it reaches a quorum of peers, so a cluster started together elects a leader sooner")
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "refuse membership changes that could leave the cluster without a quorum of running members")
 	fs.Var(featureGates{c}, "feature-gates", "etcd's feature gates, Name=true|false,...; Tenure knows InitialCorruptCheck (compare this member's HashKV with its peers' before it starts, and refuse to start on a mismatch)")

@@ -171,7 +171,8 @@ func TestParseServeEtcdOnlyFlags(t *testing.T) {
 }
 
 // etcd's --snapshot-catchup-entries (and its experimental- spelling),
-// --initial-election-tick-advance and --listen-client-http-urls set
+// --initial-election-tick-advance, --listen-client-http-urls and the slow
+// apply and request warning thresholds set
 // Tenure's settings of the same meaning.
 func TestParseServeRaftAndHTTPFlags(t *testing.T) {
 	base := []string{"--name=a"}
@@ -184,6 +185,17 @@ func TestParseServeRaftAndHTTPFlags(t *testing.T) {
 		"--listen-client-http-urls=http://127.0.0.1:2382"), none)
 	if err != nil || c.SnapshotCatchUpEntries != 100 || c.InitialElectionTickAdvance || len(c.ListenClientHTTPURLs) != 1 || c.ListenClientHTTPURLs[0] != "http://127.0.0.1:2382" {
 		t.Fatalf("flags: catch-up %d, tick advance %v, http URLs %v, err %v", c.SnapshotCatchUpEntries, c.InitialElectionTickAdvance, c.ListenClientHTTPURLs, err)
+	}
+	c, _, err = parseServeConfig(append(base, "--warning-apply-duration=50ms", "--experimental-warning-unary-request-duration=1s"), none)
+	if err != nil || c.WarningApplyDuration != 50*time.Millisecond || c.WarningUnaryRequestDuration != time.Second {
+		t.Fatalf("warning durations: %v %v, err %v", c.WarningApplyDuration, c.WarningUnaryRequestDuration, err)
+	}
+	c, _, err = parseServeConfig(append(base, "--warning-unary-request-duration=2s"), none)
+	if err != nil || c.WarningApplyDuration != 100*time.Millisecond || c.WarningUnaryRequestDuration != 2*time.Second {
+		t.Fatalf("warning durations: %v %v, err %v", c.WarningApplyDuration, c.WarningUnaryRequestDuration, err)
+	}
+	if _, _, err := parseServeConfig(append(base, "--warning-apply-duration=-1s"), none); err == nil || !strings.Contains(err.Error(), "--warning-apply-duration") {
+		t.Fatalf("negative apply warning duration: %v", err)
 	}
 	c, _, err = parseServeConfig(append(base, "--experimental-snapshot-catchup-entries=200"), none)
 	if err != nil || c.SnapshotCatchUpEntries != 200 {

@@ -51,6 +51,10 @@ type Config struct {
 	// --initial-election-tick-advance, on by default there; see
 	// tickadvance.go). A sole voter's clock is advanced regardless.
 	InitialElectionTickAdvance bool
+	// WarnApplyDuration: an entry whose apply takes longer is logged
+	// ("apply request took too long"); default SlowApply (etcd's
+	// --warning-apply-duration).
+	WarnApplyDuration time.Duration
 
 	StateMachine   StateMachine
 	Logger         *slog.Logger
@@ -115,6 +119,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = 1536 * 1024
+	}
+	if c.WarnApplyDuration == 0 {
+		c.WarnApplyDuration = SlowApply
 	}
 	if c.DeferLinger == 0 {
 		c.DeferLinger = DefaultDeferLinger

@@ -18,7 +18,7 @@ type Observer struct {
 // Thresholds above which the node logs a warning, as etcd does.
 const (
 	SlowDiskSync = 100 * time.Millisecond // "slow fdatasync"
-	SlowApply    = 100 * time.Millisecond // "apply request took too long"
+	SlowApply    = 100 * time.Millisecond // "apply request took too long" (default of Config.WarnApplyDuration)
 )
 
 func (n *Node) observeSync(start time.Time, entries int) {
@@ -36,8 +36,8 @@ func (n *Node) observeApply(start time.Time, index uint64) {
 	if o := n.cfg.Observer; o != nil && o.Apply != nil {
 		o.Apply(d)
 	}
-	if d > SlowApply {
-		n.log.Warn("apply request took too long", "took", d, "expected-duration", SlowApply, "index", index)
+	if d > n.cfg.WarnApplyDuration {
+		n.log.Warn("apply request took too long", "took", d, "expected-duration", n.cfg.WarnApplyDuration, "index", index)
 	}
 }
 
