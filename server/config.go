@@ -110,6 +110,10 @@ type TLSInfo struct {
 	// (without the clientAuth usage). Empty: CertFile and KeyFile.
 	ClientCertFile string
 	ClientKeyFile  string
+	// SkipClientSANVerify (peers only: --peer-skip-client-san-verification)
+	// turns off etcd's check that a dialing peer's certificate names the
+	// address it connects from (peersan.go).
+	SkipClientSANVerify bool
 }
 
 // Empty reports whether no TLS file is configured.

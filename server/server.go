@@ -393,6 +393,9 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 			closeLis()
 			return nil, fmt.Errorf("--listen-peer-urls: %w", lerr)
 		}
+		if peerTLS != nil && !cfg.PeerTLS.SkipClientSANVerify {
+			l = sanCheckListener{l}
+		}
 		lis = append(lis, l)
 		mem.wg.Add(1)
 		go func() {

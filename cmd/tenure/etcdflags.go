@@ -87,7 +87,6 @@ var etcdOnlyFlags = []etcdOnlyFlag{
 	{name: "auth-token-ttl", why: "Tenure has no user authentication (clients authenticate with certificates: --client-cert-auth)"},
 	{name: "bcrypt-cost", why: "Tenure has no user authentication (clients authenticate with certificates: --client-cert-auth)"},
 	{name: "client-cert-allowed-hostname", accepts: []string{""}, why: "Tenure does not restrict client certificates by host name; use a CA of its own for clients"},
-	{name: "peer-skip-client-san-verification", accepts: []string{"true"}, isBool: true, why: "Tenure checks a dialing peer's certificate against --peer-trusted-ca-file only, never its SAN against the peer's address"},
 	// The HTTP gateway: etcd's defaults are what Tenure does.
 	{name: "cors", accepts: []string{"", "*"}, why: "Tenure's HTTP endpoints send no CORS headers of their own; put a proxy in front of them for browsers"},
 	{name: "host-whitelist", accepts: []string{"", "*"}, why: "Tenure's HTTP endpoints accept any Host header; put a proxy in front of them to restrict it"},

@@ -168,6 +168,7 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&c.PeerTLS.KeyFile, "peer-key-file", "", "path to the peer TLS key file")
 	fs.StringVar(&c.PeerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "path to the peer TLS trusted CA file")
 	fs.BoolVar(&c.PeerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
+	fs.BoolVar(&c.PeerTLS.SkipClientSANVerify, "peer-skip-client-san-verification", false, "do not check that a dialing peer's certificate names the address it connects from (an IP SAN, or a DNS SAN resolving to it)")
 	fs.StringVar(&c.PeerTLS.ClientCertFile, "peer-client-cert-file", "", "certificate this member presents when it dials a peer; default --peer-cert-file")
 	fs.StringVar(&c.PeerTLS.ClientKeyFile, "peer-client-key-file", "", "key of --peer-client-cert-file")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")

@@ -197,6 +197,13 @@ func TestParseServeRaftAndHTTPFlags(t *testing.T) {
 	if _, _, err := parseServeConfig(append(base, "--warning-apply-duration=-1s"), none); err == nil || !strings.Contains(err.Error(), "--warning-apply-duration") {
 		t.Fatalf("negative apply warning duration: %v", err)
 	}
+	if c.PeerTLS.SkipClientSANVerify {
+		t.Fatal("the peer SAN check is off by default")
+	}
+	c, _, err = parseServeConfig(append(base, "--peer-skip-client-san-verification"), none)
+	if err != nil || !c.PeerTLS.SkipClientSANVerify {
+		t.Fatalf("--peer-skip-client-san-verification: %v, err %v", c.PeerTLS.SkipClientSANVerify, err)
+	}
 	c, _, err = parseServeConfig(append(base, "--experimental-snapshot-catchup-entries=200"), none)
 	if err != nil || c.SnapshotCatchUpEntries != 200 {
 		t.Fatalf("--experimental-snapshot-catchup-entries: %d, err %v", c.SnapshotCatchUpEntries, err)
