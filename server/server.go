@@ -381,22 +381,28 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		mem.serve(clientSrv, gway.lis)
 	}
 
+	// open binds one URL of a listen flag; on an error it closes what was
+	// bound before it, so a failed start leaves no port taken.
 	var lis []net.Listener
-	closeLis := func() {
-		for _, l := range lis {
-			_ = l.Close()
+	open := func(flag, u string, tlsCfg *tls.Config) (net.Listener, error) {
+		l, err := listen(u, tlsCfg)
+		if err != nil {
+			for _, l := range lis {
+				_ = l.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
+		lis = append(lis, l)
+		return l, nil
 	}
 	for _, u := range cfg.ListenPeerURLs {
-		l, lerr := listen(u, peerTLS)
+		l, lerr := open("--listen-peer-urls", u, peerTLS)
 		if lerr != nil {
-			closeLis()
-			return nil, fmt.Errorf("--listen-peer-urls: %w", lerr)
+			return nil, lerr
 		}
 		if peerTLS != nil && !cfg.PeerTLS.SkipClientSANVerify {
 			l = sanCheckListener{l}
 		}
-		lis = append(lis, l)
 		mem.wg.Add(1)
 		go func() {
 			defer mem.wg.Done()
@@ -406,12 +412,10 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		}()
 	}
 	for _, u := range cfg.ListenClientURLs {
-		l, lerr := listen(u, clientTLS)
+		l, lerr := open("--listen-client-urls", u, clientTLS)
 		if lerr != nil {
-			closeLis()
-			return nil, fmt.Errorf("--listen-client-urls: %w", lerr)
+			return nil, lerr
 		}
-		lis = append(lis, l)
 		if len(cfg.ListenClientHTTPURLs) > 0 {
 			// etcd's --listen-client-http-urls: the HTTP services move there
 			// and the client URLs serve gRPC alone.
@@ -429,21 +433,17 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		go func() { defer mem.wg.Done(); _ = mux.Serve() }()
 	}
 	for _, u := range cfg.ListenClientHTTPURLs {
-		l, lerr := listen(u, clientTLS)
+		l, lerr := open("--listen-client-http-urls", u, clientTLS)
 		if lerr != nil {
-			closeLis()
-			return nil, fmt.Errorf("--listen-client-http-urls: %w", lerr)
+			return nil, lerr
 		}
-		lis = append(lis, l)
 		mem.serveHTTP(mem.httpHandler(cfg.EnablePprof, gwh), l)
 	}
 	for _, u := range cfg.ListenMetricsURLs {
-		l, lerr := listen(u, clientTLS)
+		l, lerr := open("--listen-metrics-urls", u, clientTLS)
 		if lerr != nil {
-			closeLis()
-			return nil, fmt.Errorf("--listen-metrics-urls: %w", lerr)
+			return nil, lerr
 		}
-		lis = append(lis, l)
 		mem.serveHTTP(mem.httpHandler(false, nil), l)
 	}
 	node.Start()

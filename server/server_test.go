@@ -68,6 +68,22 @@ func startSingleConfig(t *testing.T, tweaks ...func(*Config)) (*clientv3.Client,
 	return cli, cfg
 }
 
+// startLogged starts a member with cfg (defaults applied by the caller),
+// logging text to w, and a client of it; stop both with the returned func.
+func startLogged(t *testing.T, cfg Config, w io.Writer) (*clientv3.Client, func()) {
+	t.Helper()
+	m, err := Start(cfg, slog.New(slog.NewTextHandler(w, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.AdvertiseClientURLs, DialTimeout: 5 * time.Second})
+	if err != nil {
+		m.Stop()
+		t.Fatal(err)
+	}
+	return cli, func() { cli.Close(); m.Stop() }
+}
+
 // Watchers that ask for prev_kv get the previous value even though the
 // write path no longer reads it (mvcc's latest-version index); watchers that
 // did not ask get none; put/delete prev_kv answers carry it too.

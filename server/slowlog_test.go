@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // etcd's --warning-unary-request-duration and --warning-apply-duration: a
@@ -19,16 +16,8 @@ func TestSlowRequestAndApplyWarnings(t *testing.T) {
 	cfg.WarningApplyDuration = time.Nanosecond
 	cfg.ApplyDefaults()
 	var logs syncBuffer
-	m, err := Start(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Stop()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: cfg.AdvertiseClientURLs, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli, stop := startLogged(t, cfg, &logs)
+	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := cli.Put(ctx, "secret-key", "secret-value"); err != nil {

@@ -2,14 +2,11 @@ package server
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // etcd's --wal-dir: the member's write-ahead log is written there, and a
@@ -22,16 +19,8 @@ func TestWALDirHoldsTheLogAndMayMove(t *testing.T) {
 	var logs syncBuffer
 	run := func(c Config, key string, want ...string) {
 		t.Helper()
-		m, err := Start(c, slog.New(slog.NewTextHandler(&logs, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Stop()
-		cli, err := clientv3.New(clientv3.Config{Endpoints: c.AdvertiseClientURLs, DialTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cli.Close()
+		cli, stop := startLogged(t, c, &logs)
+		defer stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if _, err := cli.Put(ctx, key, "v"); err != nil {
