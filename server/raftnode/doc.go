@@ -81,6 +81,10 @@
 //     proposes removals (idempotent) again every election timeout; an
 //     addition refused there runs to its deadline.
 //
+//   - A starting voter fast-forwards its election clock (tickadvance.go,
+//     etcd's --initial-election-tick-advance): a sole voter by all but one
+//     tick, one with peers by all but two once its streams reach a quorum.
+//
 //   - Restart replays entries from the last compaction snapshot; the apply
 //     loop skips entries <= the stored applied index but still hands every
 //     conf change to raft (ApplyConfChange), as etcd does.
