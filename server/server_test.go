@@ -70,7 +70,7 @@ func startSingleConfig(t *testing.T, tweaks ...func(*Config)) (*clientv3.Client,
 
 // startLogged starts a member with cfg (defaults applied by the caller),
 // logging text to w, and a client of it; stop both with the returned func.
-func startLogged(t *testing.T, cfg Config, w io.Writer) (*clientv3.Client, func()) {
+func startLogged(t *testing.T, cfg Config, w io.Writer) (*Member, *clientv3.Client, func()) {
 	t.Helper()
 	m, err := Start(cfg, slog.New(slog.NewTextHandler(w, nil)))
 	if err != nil {
@@ -81,7 +81,7 @@ func startLogged(t *testing.T, cfg Config, w io.Writer) (*clientv3.Client, func(
 		m.Stop()
 		t.Fatal(err)
 	}
-	return cli, func() { cli.Close(); m.Stop() }
+	return m, cli, func() { cli.Close(); m.Stop() }
 }
 
 // Watchers that ask for prev_kv get the previous value even though the

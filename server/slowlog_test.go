@@ -16,7 +16,7 @@ func TestSlowRequestAndApplyWarnings(t *testing.T) {
 	cfg.WarningApplyDuration = time.Nanosecond
 	cfg.ApplyDefaults()
 	var logs syncBuffer
-	cli, stop := startLogged(t, cfg, &logs)
+	_, cli, stop := startLogged(t, cfg, &logs)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

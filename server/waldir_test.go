@@ -19,7 +19,7 @@ func TestWALDirHoldsTheLogAndMayMove(t *testing.T) {
 	var logs syncBuffer
 	run := func(c Config, key string, want ...string) {
 		t.Helper()
-		cli, stop := startLogged(t, c, &logs)
+		_, cli, stop := startLogged(t, c, &logs)
 		defer stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
