@@ -63,12 +63,12 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 // client, and returns the cert and key file paths.
 func (ca *testCA) issue(t *testing.T, dir, name string) (certFile, keyFile string) {
 	t.Helper()
-	return ca.issueFor(t, dir, name, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+	return ca.issueFor(t, dir, name, []string{"127.0.0.1"}, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
 }
 
-// issueFor signs a certificate for 127.0.0.1/localhost with only the given
-// extended key usages.
-func (ca *testCA) issueFor(t *testing.T, dir, name string, usages ...x509.ExtKeyUsage) (certFile, keyFile string) {
+// issueFor signs a certificate for the given IPs (and the DNS name
+// localhost with 127.0.0.1) with only the given extended key usages.
+func (ca *testCA) issueFor(t *testing.T, dir, name string, ips []string, usages ...x509.ExtKeyUsage) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -79,7 +79,12 @@ func (ca *testCA) issueFor(t *testing.T, dir, name string, usages ...x509.ExtKey
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage: usages,
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+	}
+	for _, ip := range ips {
+		tmpl.IPAddresses = append(tmpl.IPAddresses, net.ParseIP(ip))
+		if ip == "127.0.0.1" {
+			tmpl.DNSNames = []string{"localhost"}
+		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -323,10 +328,10 @@ func TestTLS(t *testing.T) {
 func TestTLSSeparateClientCertificates(t *testing.T) {
 	dir := t.TempDir()
 	ca := newTestCA(t, dir, "tenure")
-	srvCert, srvKey := ca.issueFor(t, dir, "server", x509.ExtKeyUsageServerAuth)
-	peerCert, peerKey := ca.issueFor(t, dir, "peer", x509.ExtKeyUsageServerAuth)
-	dialCert, dialKey := ca.issueFor(t, dir, "member-client", x509.ExtKeyUsageClientAuth)
-	cliCert, cliKey := ca.issueFor(t, dir, "client", x509.ExtKeyUsageClientAuth)
+	srvCert, srvKey := ca.issueFor(t, dir, "server", []string{"127.0.0.1"}, x509.ExtKeyUsageServerAuth)
+	peerCert, peerKey := ca.issueFor(t, dir, "peer", []string{"127.0.0.1"}, x509.ExtKeyUsageServerAuth)
+	dialCert, dialKey := ca.issueFor(t, dir, "member-client", []string{"127.0.0.1"}, x509.ExtKeyUsageClientAuth)
+	cliCert, cliKey := ca.issueFor(t, dir, "client", []string{"127.0.0.1"}, x509.ExtKeyUsageClientAuth)
 
 	c := newProcCluster(t, procOptions{Size: 3, Scheme: "https"})
 	c.startAll(
@@ -367,5 +372,38 @@ func TestTLSSeparateClientCertificates(t *testing.T) {
 	ml, err := rest.MemberList(ctx)
 	if err != nil || len(ml.Members) != 2 {
 		t.Fatalf("after the removal: %v %v", ml, err)
+	}
+}
+
+// As in etcd, a member refuses a dialing peer whose certificate does not
+// name the address it connects from (here: a client certificate for
+// dialing that names 10.1.2.3, used from 127.0.0.1): such a cluster never
+// forms. --peer-skip-client-san-verification lets the same certificates
+// form one.
+func TestTLSPeerCertificateMustNameItsAddress(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t, dir, "tenure")
+	srvCert, srvKey := ca.issue(t, dir, "server")
+	cliCert, cliKey := ca.issue(t, dir, "client")
+	elsewhere, elsewhereKey := ca.issueFor(t, dir, "elsewhere", []string{"10.1.2.3"}, x509.ExtKeyUsageClientAuth)
+	args := []string{
+		"--cert-file", srvCert, "--key-file", srvKey, "--trusted-ca-file", ca.file,
+		"--peer-cert-file", srvCert, "--peer-key-file", srvKey, "--peer-trusted-ca-file", ca.file, "--peer-client-cert-auth",
+		"--peer-client-cert-file", elsewhere, "--peer-client-key-file", elsewhereKey,
+	}
+	good := clientTLS(t, ca.file, cliCert, cliKey)
+
+	refused := newProcCluster(t, procOptions{Size: 3, Scheme: "https"})
+	refused.startAll(args...)
+	rctx, cancel := context.WithTimeout(testCtx(t, 60*time.Second), 6*time.Second)
+	defer cancel()
+	if err := refused.waitReady(rctx, good); err == nil {
+		t.Fatal("a cluster whose peers dial with certificates naming another address became ready")
+	}
+
+	skipped := newProcCluster(t, procOptions{Size: 3, Scheme: "https"})
+	skipped.startAll(append(args, "--peer-skip-client-san-verification")...)
+	if err := skipped.waitReady(testCtx(t, 60*time.Second), good); err != nil {
+		t.Fatalf("the same certificates with --peer-skip-client-san-verification: %v", err)
 	}
 }
