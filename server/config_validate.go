@@ -195,35 +195,28 @@ func (c *Config) ApplyDefaults() {
 	if c.LogFormat == "" {
 		c.LogFormat = "json"
 	}
-	if c.RequestTimeout == 0 {
-		c.RequestTimeout = DefaultRequestTimeout
-	}
-	if c.LeaseCheckpointInterval == 0 {
-		c.LeaseCheckpointInterval = DefaultLeaseCheckpoint
-	}
 	if c.LeaseExpiryRate == 0 {
 		c.LeaseExpiryRate = DefaultLeaseExpiryRate
 	}
-	if c.WatchProgressNotifyInterval == 0 {
-		c.WatchProgressNotifyInterval = DefaultWatchProgressNotify
-	}
-	// 0 would mean gRPC's own defaults, whose 5-minute minimum ping
-	// interval makes the server close clientv3 connections that ping every
-	// few seconds (etcd's default is 5 s).
-	if c.GRPCKeepAliveMinTime == 0 {
-		c.GRPCKeepAliveMinTime = DefaultGRPCKeepAliveMin
-	}
-	if c.GRPCKeepAliveInterval == 0 {
-		c.GRPCKeepAliveInterval = DefaultGRPCKeepAlive
-	}
-	if c.GRPCKeepAliveTimeout == 0 {
-		c.GRPCKeepAliveTimeout = DefaultGRPCKeepAliveWait
-	}
-	if c.WarningApplyDuration == 0 {
-		c.WarningApplyDuration = DefaultWarningApply
-	}
-	if c.WarningUnaryRequestDuration == 0 {
-		c.WarningUnaryRequestDuration = DefaultWarningUnary
+	// The keepalive ones: 0 would mean gRPC's own defaults, whose 5-minute
+	// minimum ping interval makes the server close clientv3 connections
+	// that ping every few seconds (etcd's default is 5 s).
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
+		{&c.RequestTimeout, DefaultRequestTimeout},
+		{&c.LeaseCheckpointInterval, DefaultLeaseCheckpoint},
+		{&c.WatchProgressNotifyInterval, DefaultWatchProgressNotify},
+		{&c.GRPCKeepAliveMinTime, DefaultGRPCKeepAliveMin},
+		{&c.GRPCKeepAliveInterval, DefaultGRPCKeepAlive},
+		{&c.GRPCKeepAliveTimeout, DefaultGRPCKeepAliveWait},
+		{&c.WarningApplyDuration, DefaultWarningApply},
+		{&c.WarningUnaryRequestDuration, DefaultWarningUnary},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
 }
 

@@ -1,13 +1,12 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +16,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tenure-io/tenure/server/storage"
+	"github.com/tenure-io/tenure/test/logbuf"
 )
-
-// syncBuffer is a log sink the test reads while members write to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // trio is a 3-member in-process cluster whose members can be stopped and
 // started again on their data-dirs.
@@ -72,10 +54,10 @@ func newTrio(t *testing.T) *trio {
 	return tr
 }
 
-func (tr *trio) start(i int, check bool, log *syncBuffer) error {
+func (tr *trio) start(i int, check bool, log *logbuf.Buffer) error {
 	cfg := tr.cfgs[i]
 	cfg.InitialCorruptCheck = check
-	var w interface{ Write([]byte) (int, error) } = &syncBuffer{}
+	var w io.Writer = io.Discard
 	if log != nil {
 		w = log
 	}
@@ -176,7 +158,7 @@ func TestInitialCorruptCheckRefusesADivergedMember(t *testing.T) {
 
 	tr.stop(2)
 	corruptOneValue(t, tr.cfgs[2].DataDir)
-	var log3 syncBuffer
+	var log3 logbuf.Buffer
 	err = tr.start(2, true, &log3)
 	if !errors.Is(err, ErrDataInconsistency) {
 		t.Fatalf("start on a corrupted store: err = %v, want %v", err, ErrDataInconsistency)
@@ -191,7 +173,7 @@ func TestInitialCorruptCheckRefusesADivergedMember(t *testing.T) {
 	tr.stop(2)
 
 	tr.stop(1)
-	var log2 syncBuffer
+	var log2 logbuf.Buffer
 	if err := tr.start(1, true, &log2); err != nil {
 		t.Fatalf("start on a store that agrees with its peers: %v\n%s", err, log2.String())
 	}

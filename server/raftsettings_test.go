@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tenure-io/tenure/server/storage"
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 // --snapshot-catchup-entries reaches the raft log's compaction: with a
@@ -51,10 +52,10 @@ func TestSnapshotCatchUpEntriesKeepsThatMuchLog(t *testing.T) {
 func TestInitialElectionTickAdvanceReachesRaft(t *testing.T) {
 	for _, advance := range []bool{true, false} {
 		tr := newTrio(t)
-		logs := make([]*syncBuffer, 3)
+		logs := make([]*logbuf.Buffer, 3)
 		for i := range 3 {
 			tr.cfgs[i].InitialElectionTickAdvance = advance
-			logs[i] = &syncBuffer{}
+			logs[i] = &logbuf.Buffer{}
 			if err := tr.start(i, false, logs[i]); err != nil {
 				t.Fatal(err)
 			}

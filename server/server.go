@@ -213,9 +213,9 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 		return nil, err
 	}
 	// A member forwards some requests (removing itself, promoting a learner)
-	// to another member's client URL; over https it presents its own client
-	// certificate (--cert-file, which --client-cert-auth clusters issue for
-	// client use too, as etcd's gateway does) and trusts --trusted-ca-file.
+	// to another member's client URL; over https it presents
+	// --client-cert-file, or else --cert-file (which --client-cert-auth
+	// clusters then issue for client use too), and trusts --trusted-ca-file.
 	var forwardCreds credentials.TransportCredentials
 	if cfg.ClientTLS.CertFile != "" {
 		dial, err := cfg.ClientTLS.ClientConfig()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 // etcd's --warning-unary-request-duration and --warning-apply-duration: a
@@ -15,7 +17,7 @@ func TestSlowRequestAndApplyWarnings(t *testing.T) {
 	cfg.WarningUnaryRequestDuration = time.Nanosecond
 	cfg.WarningApplyDuration = time.Nanosecond
 	cfg.ApplyDefaults()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	_, cli, stop := startLogged(t, cfg, &logs)
 	defer stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 // etcd's --wal-dir: the member's write-ahead log is written there, and a
@@ -16,7 +18,7 @@ func TestWALDirHoldsTheLogAndMayMove(t *testing.T) {
 	cfg := testMemberConfig(t)
 	cfg.WALDir = filepath.Join(t.TempDir(), "wal")
 	cfg.ApplyDefaults()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	run := func(c Config, key string, want ...string) {
 		t.Helper()
 		_, cli, stop := startLogged(t, c, &logs)

@@ -126,8 +126,6 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.Int64Var(&o.electionMs, "election-timeout", o.electionMs, "time (in milliseconds) for an election to time out; at least 5 × --heartbeat-interval, at most 50000")
 	fs.Uint64Var(&c.SnapshotCount, "snapshot-count", c.SnapshotCount, "number of committed transactions to trigger a snapshot to disk")
 	fs.Uint64Var(&c.SnapshotCatchUpEntries, "snapshot-catchup-entries", c.SnapshotCatchUpEntries, "raft log entries kept behind a log compaction, so a slow follower can catch up without a snapshot")
-	fs.Uint64Var(&c.SnapshotCatchUpEntries, "experimental-snapshot-catchup-entries", c.SnapshotCatchUpEntries, "same as --snapshot-catchup-entries")
-	_ = fs.MarkHidden("experimental-snapshot-catchup-entries")
 	fs.Int64Var(&c.QuotaBackendBytes, "quota-backend-bytes", c.QuotaBackendBytes, "raise an alarm when the store exceeds this size in bytes (0 = default)")
 	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "maximum client request size in bytes the server will accept (at most 64 MiB)")
 	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "maximum number of operations permitted in a transaction")
@@ -138,13 +136,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.StringVar(&c.AutoCompactionMode, "auto-compaction-mode", c.AutoCompactionMode, "interpret --auto-compaction-retention as a period ('periodic') or a number of revisions ('revision')")
 	fs.StringVar(&c.AutoCompactionRetention, "auto-compaction-retention", c.AutoCompactionRetention, "history to keep: in periodic mode a duration (e.g. 30m) or hours (e.g. 1), in revision mode a number of revisions; 0 = no automatic compaction")
 	fs.DurationVar(&c.WatchProgressNotifyInterval, "watch-progress-notify-interval", c.WatchProgressNotifyInterval, "period of progress notifications to watches that asked for them")
-	// etcd before 3.6 spelled it with experimental- (kubeadm's manifests still do).
-	fs.DurationVar(&c.WatchProgressNotifyInterval, "experimental-watch-progress-notify-interval", c.WatchProgressNotifyInterval, "same as --watch-progress-notify-interval")
-	_ = fs.MarkHidden("experimental-watch-progress-notify-interval")
 	fs.DurationVar(&c.WarningApplyDuration, "warning-apply-duration", c.WarningApplyDuration, "log an apply that takes longer than this (\"apply request took too long\")")
 	fs.DurationVar(&c.WarningUnaryRequestDuration, "warning-unary-request-duration", c.WarningUnaryRequestDuration, "log a unary request that takes longer than this (\"request stats\")")
-	fs.DurationVar(&c.WarningUnaryRequestDuration, "experimental-warning-unary-request-duration", c.WarningUnaryRequestDuration, "same as --warning-unary-request-duration")
-	_ = fs.MarkHidden("experimental-warning-unary-request-duration")
 	fs.BoolVar(&c.InitialElectionTickAdvance, "initial-election-tick-advance", c.InitialElectionTickAdvance, "fast-forward a starting member's election clock once it reaches a quorum of peers, so a cluster started together elects a leader sooner")
 	fs.BoolVar(&c.StrictReconfigCheck, "strict-reconfig-check", c.StrictReconfigCheck, "refuse membership changes that could leave the cluster without a quorum of running members")
 	fs.Var(featureGates{c}, "feature-gates", "etcd's feature gates, Name=true|false,...; Tenure knows InitialCorruptCheck (compare this member's HashKV with its peers' before it starts, and refuse to start on a mismatch)")
@@ -177,6 +170,8 @@ func bindServeFlags(fs *pflag.FlagSet) *serveFlags {
 	fs.DurationVar(&c.GRPCKeepAliveInterval, "grpc-keepalive-interval", c.GRPCKeepAliveInterval, "how long a quiet client connection waits before the server pings it")
 	fs.DurationVar(&c.GRPCKeepAliveTimeout, "grpc-keepalive-timeout", c.GRPCKeepAliveTimeout, "how long the server waits for a ping's answer before closing the connection")
 	bindEtcdOnlyFlags(fs)
+	// etcd before 3.6 spelled these with experimental- (kubeadm's manifests still do).
+	experimentalSpellings(fs, "snapshot-catchup-entries", "watch-progress-notify-interval", "warning-unary-request-duration")
 	return o
 }
 
@@ -383,4 +378,14 @@ func newServeCmd(a *app) *cobra.Command {
 		return withCode(exitConfig, fmt.Errorf("%w (see 'tenure serve --help')", err))
 	})
 	return cmd
+}
+
+// experimentalSpellings accepts --experimental-<name>, hidden, for each
+// named flag: the same setting under etcd's pre-3.6 spelling.
+func experimentalSpellings(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		f := fs.Lookup(name)
+		fs.Var(f.Value, "experimental-"+name, "same as --"+name)
+		_ = fs.MarkHidden("experimental-" + name)
+	}
 }

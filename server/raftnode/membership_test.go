@@ -1,17 +1,16 @@
 package raftnode
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenure-io/tenure/server/storage"
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 func TestMembershipLearnerJoinPromoteRemove(t *testing.T) {
@@ -171,7 +170,7 @@ func TestBackToBackMembershipChanges(t *testing.T) {
 // change is committed but unapplied when the second is proposed.
 func TestConfChangeRefusedWhileOneIsPendingIsProposedAgain(t *testing.T) {
 	r := testSeed(t)
-	var logs lockedBuffer
+	var logs logbuf.Buffer
 	c := newTestCluster(t, 3, r.Int63(), false, func(cfg *Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("m", cfg.Name)
 	})
@@ -208,22 +207,4 @@ func TestConfChangeRefusedWhileOneIsPendingIsProposedAgain(t *testing.T) {
 	if got := len(n.Members()); got != 5 {
 		t.Fatalf("%d members, want 5", got)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a reader at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 func TestInitialTickAdvanceRule(t *testing.T) {
@@ -33,7 +35,7 @@ func TestInitialTickAdvanceRule(t *testing.T) {
 func TestStartingMembersAdvanceTheirElectionClock(t *testing.T) {
 	for _, enabled := range []bool{true, false} {
 		r := testSeed(t)
-		var logs lockedBuffer
+		var logs logbuf.Buffer
 		c := newTestCluster(t, 3, r.Int63(), false, func(cfg *Config) {
 			cfg.InitialElectionTickAdvance = enabled
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("m", cfg.Name)

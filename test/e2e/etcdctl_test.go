@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 func TestEtcdctl(t *testing.T) {
@@ -84,7 +86,7 @@ func TestEtcdctl(t *testing.T) {
 	// live watch: started first, sees a later put.
 	wctx, wcancel = context.WithTimeout(ctx, 10*time.Second)
 	wcmd := c.EtcdctlCmd(wctx, "watch", "/live")
-	var wbuf syncBuffer
+	var wbuf logbuf.Buffer
 	wcmd.Stdout, wcmd.Stderr = &wbuf, &wbuf
 	if err := wcmd.Start(); err != nil {
 		t.Fatal(err)
@@ -127,7 +129,7 @@ func TestEtcdctl(t *testing.T) {
 	// while the lock is held by one etcdctl, another waits.
 	hctx, hcancel := context.WithTimeout(ctx, 20*time.Second)
 	holder := c.EtcdctlCmd(hctx, "lock", "biglock")
-	var hbuf syncBuffer
+	var hbuf logbuf.Buffer
 	holder.Stdout, holder.Stderr = &hbuf, &hbuf
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
@@ -150,7 +152,7 @@ func TestEtcdctl(t *testing.T) {
 	// elect: campaign prints the leader key and proposal; --listen observes.
 	ectx, ecancel := context.WithTimeout(ctx, 20*time.Second)
 	cand := c.EtcdctlCmd(ectx, "elect", "myelection", "alice")
-	var ebuf syncBuffer
+	var ebuf logbuf.Buffer
 	cand.Stdout, cand.Stderr = &ebuf, &ebuf
 	if err := cand.Start(); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenure-io/tenure/api/tenurev1"
 	"github.com/tenure-io/tenure/test/cluster"
+	"github.com/tenure-io/tenure/test/logbuf"
 )
 
 type lockClients struct {
@@ -383,7 +384,7 @@ func TestLockInteroperability(t *testing.T) {
 	queued(3)
 	// 4. etcdctl lock waits (it runs clientv3's Mutex over plain KV).
 	cmd := c.EtcdctlCmd(ctx, "lock", name)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout = out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

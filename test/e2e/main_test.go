@@ -5,10 +5,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,22 +69,4 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a writer process and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
