@@ -77,9 +77,13 @@
 //     after Advance has told raft it is applied, so a script's next change
 //     is not refused; and the leader, which sees raft swap the entry
 //     (errConfChangeDropped), proposes a refused change again once more is
-//     applied. A follower forwards changes and cannot see the refusal: it
-//     proposes removals (idempotent) again every election timeout; an
-//     addition refused there runs to its deadline.
+//     applied. A follower forwards changes and cannot see the refusal: the
+//     leader steps a forwarded change at once (not through the proposal
+//     buffer) and, when raft swaps it, tells that follower
+//     (msgConfChangeDropped, with the change's Id), which proposes it again
+//     the same way. A forwarded change lost on its way is not seen by
+//     anyone: removals (idempotent) are proposed again every election
+//     timeout; an addition lost that way runs to its deadline.
 //
 //   - A starting voter fast-forwards its election clock (tickadvance.go,
 //     etcd's --initial-election-tick-advance): a sole voter by all but one

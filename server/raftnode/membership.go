@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tenure-io/tenure/server/storage"
@@ -164,60 +166,77 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 	id := uint64(time.Now().UnixNano())<<8 | n.ccSeq.Add(1)&0xff
 	cc.Id = new(id)
 	c := make(chan error, 1)
+	dropped := make(chan struct{}, 1)
 	n.ccMu.Lock()
 	n.ccWaiters[id] = c
+	n.ccDropped[id] = dropped
 	n.ccMu.Unlock()
 	defer func() {
 		n.ccMu.Lock()
 		delete(n.ccWaiters, id)
+		delete(n.ccDropped, id)
 		n.ccMu.Unlock()
 	}()
 	// Raft replaces a conf change with an empty entry while an earlier one
 	// may be unapplied, as far as raft knows — always true for a leader that
 	// has just been elected (e.g. right after RemoveMember handed leadership
 	// away). On the leader the refusal is seen at once
-	// (errConfChangeDropped): the change is proposed again once something
-	// more is applied, or after a tick. A follower forwards the change and
-	// cannot see the leader's refusal: idempotent changes (removals) are
-	// proposed again, same Id, every election timeout until one is applied
-	// (found by the chaos soak: removing the leader timed out); others wait
-	// for their deadline.
+	// (errConfChangeDropped); a follower hears of it from the leader
+	// (msgConfChangeDropped). Either way the change is proposed again once
+	// something more is applied here, or after a tick. A removal is also
+	// proposed again, same Id, every election timeout until one is applied:
+	// it is idempotent, and a forwarded proposal can be lost on its way
+	// (found by the chaos soak: removing the leader timed out). Other changes
+	// lost that way wait for their deadline.
 	var retry <-chan time.Time
 	if cc.GetType() == raftpb.ConfChangeRemoveNode {
 		t := time.NewTicker(n.cfg.TickInterval * time.Duration(n.cfg.ElectionTicks))
 		defer t.Stop()
 		retry = t.C
 	}
-	for logged := false; ; {
-		_, appliedc := n.appliedWait()
-		err := n.rn.ProposeConfChange(ctx, cc)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, errConfChangeDropped) {
-			return n.mapErr(ctx, err)
-		}
-		if !logged {
-			n.log.Info("membership change waits for an earlier one to be applied", "change", cc.GetType().String(), "member", fmt.Sprintf("%x", cc.GetNodeId()))
-			logged = true
-		}
-		t := time.NewTimer(n.cfg.TickInterval)
-		select {
-		case <-appliedc:
-		case <-t.C:
-		case <-ctx.Done():
+	logged := false
+	propose := func(refused bool) error {
+		for {
+			_, appliedc := n.appliedWait()
+			if !refused {
+				err := n.rn.ProposeConfChange(ctx, cc)
+				if err == nil {
+					return nil
+				}
+				if !errors.Is(err, errConfChangeDropped) {
+					return n.mapErr(ctx, err)
+				}
+			}
+			refused = false
+			if !logged {
+				n.log.Info("membership change waits for an earlier one to be applied", "change", cc.GetType().String(), "member", fmt.Sprintf("%x", cc.GetNodeId()))
+				logged = true
+			}
+			t := time.NewTimer(n.cfg.TickInterval)
+			select {
+			case <-appliedc:
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return n.mapErr(ctx, ctx.Err())
+			case <-n.stopc:
+				t.Stop()
+				return ErrStopped
+			}
 			t.Stop()
-			return n.mapErr(ctx, ctx.Err())
-		case <-n.stopc:
-			t.Stop()
-			return ErrStopped
 		}
-		t.Stop()
+	}
+	if err := propose(false); err != nil {
+		return err
 	}
 	for {
 		select {
 		case err := <-c:
 			return err
+		case <-dropped:
+			if err := propose(true); err != nil {
+				return err
+			}
 		case <-retry:
 			if err := n.rn.ProposeConfChange(ctx, cc); err != nil && !errors.Is(err, errConfChangeDropped) {
 				return n.mapErr(ctx, err)
@@ -226,6 +245,68 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 			return n.mapErr(ctx, ctx.Err())
 		case <-n.stopc:
 			return ErrStopped
+		}
+	}
+}
+
+// stepForwardedConfChanges steps at once, not through the proposal buffer,
+// the conf changes in a proposal a follower forwarded to this leader, so
+// that raft's refusal is seen while the entry still says which change it
+// was, and tells that follower (msgConfChangeDropped). It returns m with
+// its other entries, or nil when none are left.
+func (n *Node) stepForwardedConfChanges(m *raftpb.Message) *raftpb.Message {
+	ents := m.GetEntries()
+	if !slices.ContainsFunc(ents, isConfChange) {
+		return m
+	}
+	var rest []*raftpb.Entry
+	for _, e := range ents {
+		if !isConfChange(e) {
+			rest = append(rest, e)
+			continue
+		}
+		id := confChangeID(e)
+		p := &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{e}}
+		if err := n.rn.stepProposal(p); err != nil {
+			continue // lost like any forwarded proposal: see proposeConfChange
+		}
+		if id != 0 && !isConfChange(p.GetEntries()[0]) {
+			var ctx [8]byte
+			binary.BigEndian.PutUint64(ctx[:], id)
+			n.tr.Send([]*raftpb.Message{{Type: msgConfChangeDropped.Enum(), To: new(m.GetFrom()), From: new(n.id), Context: ctx[:]}})
+		}
+	}
+	if len(rest) == 0 {
+		return nil
+	}
+	return &raftpb.Message{Type: m.Type, To: m.To, From: m.From, Entries: rest}
+}
+
+// confChangeID is the Id of the (version 1) conf change in e, 0 if none.
+func confChangeID(e *raftpb.Entry) uint64 {
+	if e.GetType() != raftpb.EntryConfChange {
+		return 0
+	}
+	var cc raftpb.ConfChange
+	if proto.Unmarshal(e.GetData(), &cc) != nil {
+		return 0
+	}
+	return cc.GetId()
+}
+
+// confChangeDropped wakes the caller waiting on the change the leader
+// refused (msgConfChangeDropped), so that it proposes it again.
+func (n *Node) confChangeDropped(m *raftpb.Message) {
+	if len(m.GetContext()) != 8 {
+		return
+	}
+	id := binary.BigEndian.Uint64(m.GetContext())
+	n.ccMu.Lock()
+	defer n.ccMu.Unlock()
+	if c, ok := n.ccDropped[id]; ok {
+		select {
+		case c <- struct{}{}:
+		default:
 		}
 	}
 }

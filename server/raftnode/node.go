@@ -93,7 +93,8 @@ type Node struct {
 	removedIDs   map[uint64]bool // members removed from the cluster (membersMu)
 	ccMu         sync.Mutex
 	ccWaiters    map[uint64]chan error
-	ccApplied    []ccResult // applied, answered after raft's Advance (ccMu)
+	ccDropped    map[uint64]chan struct{} // a change the leader refused (msgConfChangeDropped), by Id (ccMu)
+	ccApplied    []ccResult               // applied, answered after raft's Advance (ccMu)
 	ccSeq        atomic.Uint64
 	readc        chan struct{}
 	readMu       sync.Mutex
@@ -144,6 +145,7 @@ func New(cfg Config) (*Node, error) {
 		members:    map[uint64]*Member{},
 		knownPeers: map[uint64]bool{},
 		ccWaiters:  map[uint64]chan error{},
+		ccDropped:  map[uint64]chan struct{}{},
 		readc:      make(chan struct{}, 1),
 		readStatec: make(chan raft.ReadState, 64),
 		stopc:      make(chan struct{}),
@@ -842,6 +844,10 @@ func (n *Node) Process(ctx context.Context, m *raftpb.Message) error {
 		n.processNotice(m)
 		return nil
 	}
+	if m.GetType() == msgConfChangeDropped {
+		n.confChangeDropped(m)
+		return nil
+	}
 	if m.GetType() == msgEager {
 		if n.th != nil && n.isLeader.Load() {
 			n.th.markBusy(m.GetFrom(), time.Now())
@@ -920,6 +926,9 @@ func (n *Node) forwardLoop() {
 // absorber, then the deferrer, and puts what they leave in the proposal
 // buffer. Nothing here waits.
 func (n *Node) bufferForwarded(m *raftpb.Message) {
+	if m = n.stepForwardedConfChanges(m); m == nil {
+		return
+	}
 	if m = n.absorb(m); m == nil {
 		return
 	}

@@ -21,6 +21,14 @@ const msgNotice = raftpb.MsgStorageApplyResp
 // raft keeps local, taken out in Process like msgNotice.
 const msgEager = raftpb.MsgStorageAppendResp
 
+// msgConfChangeDropped, from a leader to the follower that forwarded a
+// conf change, says the leader's raft dropped it (an earlier change may
+// still be unapplied); Context holds the change's Id. Only the leader can
+// see the refusal: raft swaps the entry for an empty one, and the
+// follower's caller would otherwise wait out its deadline
+// (Node.stepForwardedConfChanges). A third type raft keeps local.
+const msgConfChangeDropped = raftpb.MsgStorageApply
+
 // eagerEvery is how often, in ticks, a follower that wants to be eager
 // says so: a quarter of the time the leader remembers it (an election
 // timeout), so a lost message or two change nothing.
