@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -188,10 +189,18 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var eagerNode atomic.Pointer[raftnode.Node] // set once the node exists
 	hub := watch.NewHub(kv, watch.HubConfig{
 		ProgressNotifyInterval: cfg.WatchProgressNotifyInterval,
 		MaxResponseBytes:       cfg.MaxRequestBytes,
 		OnWideFanOut:           procs.Boost, // a no-op unless tenure serve runs the controller
+		// On its own goroutine: SayEager asks the hub (WantsEager below),
+		// whose lock is held here.
+		OnFirstWatcher: func() {
+			if n := eagerNode.Load(); n != nil {
+				go n.SayEager()
+			}
+		},
 	}, lg)
 	closers = append(closers, hub.Close)
 	ap := apply.New(apply.Config{KV: kv, Lessor: lessor, Hub: hub, DB: db, MaxRequestBytes: cfg.MaxRequestBytes, Logger: lg, Locks: locks})
@@ -290,6 +299,7 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 	if err != nil {
 		return nil, err
 	}
+	eagerNode.Store(node)
 	ap.SetProposer(node)
 	// The leader, which usually applies an entry first, pushes each grant
 	// to the member where the waiting call is: that member answers it

@@ -34,6 +34,18 @@ const msgConfChangeDropped = raftpb.MsgStorageApply
 // timeout), so a lost message or two change nothing.
 func (n *Node) eagerEvery() int { return max(1, n.cfg.ElectionTicks/4) }
 
+// SayEager tells the leader now, not at the next periodic reminder, that
+// this member wants to be eager, if Config.WantsEager says so. Call it when
+// that may have turned true (the first watcher): until the leader hears it,
+// this member may be the follower thrifty replication holds back. It sends
+// one message and never blocks; it must not be called where WantsEager
+// cannot run.
+func (n *Node) SayEager() {
+	if n.started.Load() {
+		n.sayEager()
+	}
+}
+
 // sayEager tells the leader this member wants to be eager, when it does.
 func (n *Node) sayEager() {
 	if n.cfg.WantsEager == nil || n.isLeader.Load() || !n.cfg.WantsEager() {

@@ -382,3 +382,30 @@ func TestThriftyFollowerWantingEagerIsNotHeld(t *testing.T) {
 		return len(ids) == 1 && ids[0] == c.ids[hi]
 	})
 }
+
+// SayEager tells the leader at once, not at the next periodic reminder,
+// that a follower now wants to be eager: the first events after a
+// follower's first watch must not wait for the thrifty delay. Here the
+// follower wants it only while SayEager runs, so no reminder says it.
+func TestSayEagerIsHeardAtOnce(t *testing.T) {
+	var wants sync.Map // member name → *atomic.Bool
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
+		cfg.ThriftyDelay = 20 * time.Millisecond
+		w := &atomic.Bool{}
+		wants.Store(cfg.Name, w)
+		cfg.WantsEager = w.Load
+	})
+	l, hi := idleLazyFollower(t, c)
+	w, _ := wants.Load(c.names[hi])
+	sent := c.nodes[hi].eagerSent.Load()
+	w.(*atomic.Bool).Store(true)
+	c.nodes[hi].SayEager()
+	w.(*atomic.Bool).Store(false)
+	if got := c.nodes[hi].eagerSent.Load() - sent; got < 1 {
+		t.Fatal("SayEager sent nothing")
+	}
+	waitFor(t, 10*time.Second, "the follower that said it wants to be eager to be eager", func() bool {
+		ids := c.nodes[l].lazyFollowers()
+		return len(ids) == 1 && ids[0] != c.ids[hi]
+	})
+}

@@ -133,3 +133,31 @@ func TestWideFanOutCallsItsHook(t *testing.T) {
 		t.Fatalf("hook called %d times for a revision to 50 watchers, want 1", calls)
 	}
 }
+
+// OnFirstWatcher is called when a watcher is created while the hub has
+// none (tenure serve then tells the raft leader at once that this member
+// wants every commit promptly), and not for the watchers after it.
+func TestFirstWatcherCallsItsHook(t *testing.T) {
+	src := newFakeSource()
+	calls := 0
+	h := NewHub(src, HubConfig{OnFirstWatcher: func() { calls++ }}, testLogger(t))
+	defer h.Close()
+	st := newTestStream(h)
+	h.create(st, createReq("a", "", 0))
+	h.create(st, createReq("b", "", 0))
+	drain(h, st)
+	if calls != 1 {
+		t.Fatalf("hook called %d times for the first two watchers, want 1", calls)
+	}
+	for id := range st.watchers {
+		h.cancel(st, id)
+	}
+	if w, _ := h.Stats(); w != 0 {
+		t.Fatalf("%d watchers after cancelling all", w)
+	}
+	h.create(st, createReq("c", "", 0))
+	drain(h, st)
+	if calls != 2 {
+		t.Fatalf("hook called %d times after the hub had none again, want 2", calls)
+	}
+}

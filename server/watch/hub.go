@@ -78,6 +78,13 @@ type HubConfig struct {
 	OnWideFanOut func()
 	// WideFanOut: see OnWideFanOut. Default 256.
 	WideFanOut int
+	// OnFirstWatcher, if set, is called (under the hub's lock, so it must
+	// not call the hub) when a watcher is created while the hub has none:
+	// tenure serve tells the raft leader at once that this member now
+	// needs every commit promptly (raftnode.Node.SayEager), rather than at
+	// its next periodic reminder, which would let the first events after
+	// the watch was created lag by thrifty replication's delay.
+	OnFirstWatcher func()
 }
 
 // Validate reports every invalid field.

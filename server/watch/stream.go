@@ -468,6 +468,9 @@ func (h *Hub) create(st *stream, cr *pb.WatchCreateRequest) {
 	}
 	st.watchers[id] = w
 	h.nWatch++
+	if h.nWatch == 1 && h.cfg.OnFirstWatcher != nil {
+		h.cfg.OnFirstWatcher()
+	}
 	st.out.push(item{resp: &pb.WatchResponse{WatchId: id, Created: true}, rev: h.rev})
 
 	start := cr.StartRevision
