@@ -267,7 +267,9 @@ func (n *Node) stepForwardedConfChanges(m *raftpb.Message) *raftpb.Message {
 		}
 		id := confChangeID(e)
 		p := &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{e}}
-		if err := n.rn.stepProposal(p); err != nil {
+		err := n.rn.stepProposal(p) // never waits: this is the peer stream's reader
+		n.rn.poke()                 // the Ready loop sends the entry
+		if err != nil {
 			continue // lost like any forwarded proposal: see proposeConfChange
 		}
 		if id != 0 && !isConfChange(p.GetEntries()[0]) {

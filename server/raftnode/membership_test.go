@@ -267,3 +267,28 @@ func TestConfChangeRefusedForAFollowerIsProposedAgain(t *testing.T) {
 		return true
 	})
 }
+
+// A conf change a follower forwards is stepped by the leader on the peer
+// stream's reader, outside the Ready loop; the leader must wake that loop
+// itself, or the change waits for the next tick. With 1 s ticks, each
+// add-and-remove pair below gets a quarter of one.
+func TestForwardedConfChangeDoesNotWaitForATick(t *testing.T) {
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
+		cfg.TickInterval = time.Second
+		cfg.InitialElectionTickAdvance = true
+	})
+	l := c.leader()
+	c.propose(l, []byte("settled"))
+	f := c.nodes[(l+1)%3]
+	for k := 0; k < 4; k++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
+		m, _, err := f.AddMember(ctx, []string{fmt.Sprintf("http://tick-%d:2380", k)}, true)
+		if err == nil {
+			_, err = f.RemoveMember(ctx, m.ID)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("change %d on a follower, with ticks 1 s apart: %v", k, err)
+		}
+	}
+}
