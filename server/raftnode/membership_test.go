@@ -167,105 +167,69 @@ func TestBackToBackMembershipChanges(t *testing.T) {
 // A conf change the leader's raft refuses because an earlier one is not yet
 // applied is proposed again once that one is, instead of waiting out its
 // caller's deadline. The leader's apply loop is held so that the first
-// change is committed but unapplied when the second is proposed.
+// change is committed but unapplied when the second is proposed: on the
+// leader, which sees raft's refusal itself, or on a follower, which
+// forwards the change and hears of the refusal from the leader
+// (msgConfChangeDropped).
 func TestConfChangeRefusedWhileOneIsPendingIsProposedAgain(t *testing.T) {
-	r := testSeed(t)
-	var logs logbuf.Buffer
-	c := newTestCluster(t, 3, r.Int63(), false, func(cfg *Config) {
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("m", cfg.Name)
-	})
-	l := c.leader()
-	c.propose(l, []byte("settled"))
-	n := c.nodes[l]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-
-	n.applyMu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			n.applyMu.Unlock()
-		}
-	}()
-	errs := make(chan error, 2)
-	go func() { _, _, err := n.AddMember(ctx, []string{"http://pending-a:2380"}, false); errs <- err }()
-	waitFor(t, 5*time.Second, "the first change committed, not applied", func() bool {
-		st := n.Status()
-		return st.CommitIndex > st.AppliedIndex
-	})
-	go func() { _, _, err := n.AddMember(ctx, []string{"http://pending-b:2380"}, false); errs <- err }()
-	waitFor(t, 5*time.Second, "raft to refuse the second change", func() bool {
-		return strings.Contains(logs.String(), "membership change waits for an earlier one to be applied")
-	})
-	n.applyMu.Unlock()
-	locked = false
-	for k := 0; k < 2; k++ {
-		if err := <-errs; err != nil {
-			t.Fatalf("add: %v", err)
-		}
-	}
-	if got := len(n.Members()); got != 5 {
-		t.Fatalf("%d members, want 5", got)
-	}
-}
-
-// A change proposed on a follower goes to the leader in raft's forwarded
-// proposal; when the leader's raft refuses it (an earlier change is still
-// unapplied there), only the leader sees it. The leader tells the follower
-// (msgConfChangeDropped), which proposes it again instead of waiting out
-// its caller's deadline.
-func TestConfChangeRefusedForAFollowerIsProposedAgain(t *testing.T) {
-	r := testSeed(t)
-	var logs logbuf.Buffer
-	c := newTestCluster(t, 3, r.Int63(), false, func(cfg *Config) {
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("m", cfg.Name)
-	})
-	l := c.leader()
-	c.propose(l, []byte("settled"))
-	f := (l + 1) % 3
-	lead, follower := c.nodes[l], c.nodes[f]
-	// Far shorter than the 10 s the test has: a refused change that is not
-	// proposed again fails here.
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
-	defer cancel()
-
-	lead.applyMu.Lock()
-	locked := true
-	defer func() {
-		if locked {
-			lead.applyMu.Unlock()
-		}
-	}()
-	errs := make(chan error, 2)
-	go func() { _, _, err := lead.AddMember(ctx, []string{"http://pending-a:2380"}, false); errs <- err }()
-	waitFor(t, 5*time.Second, "the first change committed, not applied on the leader", func() bool {
-		st := lead.Status()
-		return st.CommitIndex > st.AppliedIndex
-	})
-	go func() { _, _, err := follower.AddMember(ctx, []string{"http://pending-b:2380"}, false); errs <- err }()
-	waitFor(t, 5*time.Second, "the follower to hear that the leader refused its change", func() bool {
-		for _, line := range strings.Split(logs.String(), "\n") {
-			if strings.Contains(line, "membership change waits for an earlier one to be applied") && strings.Contains(line, "m="+c.names[f]) {
-				return true
+	for _, onFollower := range []bool{false, true} {
+		t.Run(map[bool]string{false: "leader", true: "follower"}[onFollower], func(t *testing.T) {
+			r := testSeed(t)
+			var logs logbuf.Buffer
+			c := newTestCluster(t, 3, r.Int63(), false, func(cfg *Config) {
+				cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)).With("m", cfg.Name)
+			})
+			l := c.leader()
+			c.propose(l, []byte("settled"))
+			lead, second := c.nodes[l], l
+			if onFollower {
+				second = (l + 1) % 3
 			}
-		}
-		return false
-	})
-	lead.applyMu.Unlock()
-	locked = false
-	for k := 0; k < 2; k++ {
-		if err := <-errs; err != nil {
-			t.Fatalf("add: %v", err)
-		}
-	}
-	waitFor(t, 5*time.Second, "both additions on every member", func() bool {
-		for _, n := range c.nodes {
-			if len(n.Members()) != 5 {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+
+			lead.applyMu.Lock()
+			locked := true
+			defer func() {
+				if locked {
+					lead.applyMu.Unlock()
+				}
+			}()
+			errs := make(chan error, 2)
+			go func() { _, _, err := lead.AddMember(ctx, []string{"http://pending-a:2380"}, false); errs <- err }()
+			waitFor(t, 5*time.Second, "the first change committed, not applied on the leader", func() bool {
+				st := lead.Status()
+				return st.CommitIndex > st.AppliedIndex
+			})
+			go func() {
+				_, _, err := c.nodes[second].AddMember(ctx, []string{"http://pending-b:2380"}, false)
+				errs <- err
+			}()
+			waitFor(t, 5*time.Second, "the second change's proposer to learn that raft refused it", func() bool {
+				for _, line := range strings.Split(logs.String(), "\n") {
+					if strings.Contains(line, "membership change waits for an earlier one to be applied") && strings.Contains(line, "m="+c.names[second]) {
+						return true
+					}
+				}
 				return false
+			})
+			lead.applyMu.Unlock()
+			locked = false
+			for k := 0; k < 2; k++ {
+				if err := <-errs; err != nil {
+					t.Fatalf("add: %v", err)
+				}
 			}
-		}
-		return true
-	})
+			waitFor(t, 5*time.Second, "both additions on every member", func() bool {
+				for _, n := range c.nodes {
+					if len(n.Members()) != 5 {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
 }
 
 // A conf change a follower forwards is stepped by the leader on the peer

@@ -359,16 +359,10 @@ func TestThriftyLazyTolerantProposalsKeepTheFollowerLazy(t *testing.T) {
 // idle and otherwise the lazy one; when it stops wanting that, it is held
 // again.
 func TestThriftyFollowerWantingEagerIsNotHeld(t *testing.T) {
-	var wants sync.Map // member name → *atomic.Bool
-	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
-		cfg.ThriftyDelay = 20 * time.Millisecond
-		w := &atomic.Bool{}
-		wants.Store(cfg.Name, w)
-		cfg.WantsEager = w.Load
-	})
+	c, wants := wantsEagerCluster(t)
 	l, hi := idleLazyFollower(t, c)
-	w, _ := wants.Load(c.names[hi])
-	w.(*atomic.Bool).Store(true)
+	w := wants(hi)
+	w.Store(true)
 	waitFor(t, 10*time.Second, "the follower with watchers to be eager", func() bool {
 		ids := c.nodes[l].lazyFollowers()
 		return len(ids) == 1 && ids[0] != c.ids[hi]
@@ -376,7 +370,7 @@ func TestThriftyFollowerWantingEagerIsNotHeld(t *testing.T) {
 	if c.nodes[hi].eagerSent.Load() == 0 {
 		t.Fatal("eager without having said so")
 	}
-	w.(*atomic.Bool).Store(false)
+	w.Store(false)
 	waitFor(t, 10*time.Second, "the follower without watchers to be lazy again", func() bool {
 		ids := c.nodes[l].lazyFollowers()
 		return len(ids) == 1 && ids[0] == c.ids[hi]
@@ -388,19 +382,13 @@ func TestThriftyFollowerWantingEagerIsNotHeld(t *testing.T) {
 // follower's first watch must not wait for the thrifty delay. Here the
 // follower wants it only while SayEager runs, so no reminder says it.
 func TestSayEagerIsHeardAtOnce(t *testing.T) {
-	var wants sync.Map // member name → *atomic.Bool
-	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
-		cfg.ThriftyDelay = 20 * time.Millisecond
-		w := &atomic.Bool{}
-		wants.Store(cfg.Name, w)
-		cfg.WantsEager = w.Load
-	})
+	c, wants := wantsEagerCluster(t)
 	l, hi := idleLazyFollower(t, c)
-	w, _ := wants.Load(c.names[hi])
+	w := wants(hi)
 	sent := c.nodes[hi].eagerSent.Load()
-	w.(*atomic.Bool).Store(true)
+	w.Store(true)
 	c.nodes[hi].SayEager()
-	w.(*atomic.Bool).Store(false)
+	w.Store(false)
 	if got := c.nodes[hi].eagerSent.Load() - sent; got < 1 {
 		t.Fatal("SayEager sent nothing")
 	}
@@ -408,4 +396,21 @@ func TestSayEagerIsHeardAtOnce(t *testing.T) {
 		ids := c.nodes[l].lazyFollowers()
 		return len(ids) == 1 && ids[0] != c.ids[hi]
 	})
+}
+
+// wantsEagerCluster starts a 3-member cluster with thrifty replication
+// whose members want to be eager (Config.WantsEager) when the test says
+// so: wants(i) is member i's switch.
+func wantsEagerCluster(t *testing.T) (*testCluster, func(i int) *atomic.Bool) {
+	var wants sync.Map // member name → *atomic.Bool
+	c := newTestCluster(t, 3, testSeed(t).Int63(), false, func(cfg *Config) {
+		cfg.ThriftyDelay = 20 * time.Millisecond
+		w := &atomic.Bool{}
+		wants.Store(cfg.Name, w)
+		cfg.WantsEager = w.Load
+	})
+	return c, func(i int) *atomic.Bool {
+		w, _ := wants.Load(c.names[i])
+		return w.(*atomic.Bool)
+	}
 }
