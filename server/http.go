@@ -118,6 +118,14 @@ func (m *Member) newRegistry() *prometheus.Registry {
 	counter("tenure_raft_deferred_proposals_total", "Proposals this leader held back to share the raft round of the next one (lock acquires that queue behind an owner).", func() float64 {
 		return float64(m.node.DeferredProposals())
 	})
+	counter("tenure_raft_eager_requests_sent_total", "Messages this follower sent its leader asking that thrifty replication not hold its appends (it has watchers): at its first watcher, and every quarter election timeout while it has any.", func() float64 {
+		all, _ := m.node.EagerRequestsSent()
+		return float64(all)
+	})
+	counter("tenure_raft_eager_requests_first_watcher_total", "Of tenure_raft_eager_requests_sent_total, those sent at once when this follower's first watcher was created.", func() float64 {
+		_, atOnce := m.node.EagerRequestsSent()
+		return float64(atOnce)
+	})
 	counter("tenure_lock_grants_pushed_total", "Lock grants this leader sent to the member where the waiting call is, ahead of that member's own apply.", func() float64 {
 		return float64(m.node.NoticesSent())
 	})

@@ -107,7 +107,8 @@ type Node struct {
 	snapsSent    atomic.Uint64
 	notices      atomic.Uint64 // notices sent (SendNotice)
 	noticeBatch  noticeBatch   // notices sent during Committed (notice.go)
-	eagerSent    atomic.Uint64 // msgEager sent (tests)
+	eagerSent    atomic.Uint64 // msgEager sent
+	eagerAtOnce  atomic.Uint64 // of those, sent by SayEager
 	startOnce    sync.Once
 	stopOnce     sync.Once
 	stopc        chan struct{}

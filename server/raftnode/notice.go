@@ -41,22 +41,32 @@ func (n *Node) eagerEvery() int { return max(1, n.cfg.ElectionTicks/4) }
 // one message and never blocks; it must not be called where WantsEager
 // cannot run.
 func (n *Node) SayEager() {
-	if n.started.Load() {
-		n.sayEager()
+	if n.started.Load() && n.sayEager() {
+		n.eagerAtOnce.Add(1)
 	}
 }
 
-// sayEager tells the leader this member wants to be eager, when it does.
-func (n *Node) sayEager() {
+// EagerRequestsSent counts the messages this member sent its leader to
+// ask that its appends not be held (Config.WantsEager): all of them, and
+// those SayEager sent at once rather than at the periodic reminder
+// (metrics; tests prove the first watcher's call by it).
+func (n *Node) EagerRequestsSent() (all, atOnce uint64) {
+	return n.eagerSent.Load(), n.eagerAtOnce.Load()
+}
+
+// sayEager tells the leader this member wants to be eager, when it does;
+// it reports whether it did.
+func (n *Node) sayEager() bool {
 	if n.cfg.WantsEager == nil || n.isLeader.Load() || !n.cfg.WantsEager() {
-		return
+		return false
 	}
 	lead := n.leadNow.Load()
 	if lead == 0 || lead == n.id {
-		return
+		return false
 	}
 	n.eagerSent.Add(1)
 	n.tr.Send([]*raftpb.Message{{Type: msgEager.Enum(), To: new(lead), From: new(n.id)}})
+	return true
 }
 
 // SendNotice sends payload to member to's Config.OnNotice. A notice is a
