@@ -68,6 +68,26 @@ func (tr *trio) start(i int, check bool, log *logbuf.Buffer) error {
 	return err
 }
 
+// startAll starts the three members (member i logging to logs[i] when
+// given) and returns a client of all of them, closed at the test's end.
+func (tr *trio) startAll(logs ...*logbuf.Buffer) *clientv3.Client {
+	for i := range tr.cfgs {
+		var log *logbuf.Buffer
+		if i < len(logs) {
+			log = logs[i]
+		}
+		if err := tr.start(i, false, log); err != nil {
+			tr.t.Fatal(err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: tr.endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	tr.t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
 func (tr *trio) stop(i int) {
 	tr.members[i].Stop()
 	tr.members[i] = nil
@@ -119,16 +139,7 @@ func corruptOneValue(t *testing.T, dir string) {
 // whose data agrees starts, with a peer down and skipped.
 func TestInitialCorruptCheckRefusesADivergedMember(t *testing.T) {
 	tr := newTrio(t)
-	for i := range 3 {
-		if err := tr.start(i, false, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: tr.endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
+	cli := tr.startAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var last int64
@@ -159,7 +170,7 @@ func TestInitialCorruptCheckRefusesADivergedMember(t *testing.T) {
 	tr.stop(2)
 	corruptOneValue(t, tr.cfgs[2].DataDir)
 	var log3 logbuf.Buffer
-	err = tr.start(2, true, &log3)
+	err := tr.start(2, true, &log3)
 	if !errors.Is(err, ErrDataInconsistency) {
 		t.Fatalf("start on a corrupted store: err = %v, want %v", err, ErrDataInconsistency)
 	}

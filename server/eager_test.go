@@ -13,18 +13,9 @@ import (
 // periodic reminder: the watch hub's OnFirstWatcher reaches the raft node.
 func TestFirstWatchOnAFollowerTellsTheLeaderAtOnce(t *testing.T) {
 	tr := newTrio(t)
-	for i := range 3 {
-		if err := tr.start(i, false, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cli := tr.startAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: tr.endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
 	if _, err := cli.Put(ctx, "k", "v"); err != nil { // a leader was elected
 		t.Fatal(err)
 	}

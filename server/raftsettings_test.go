@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/tenure-io/tenure/server/storage"
 	"github.com/tenure-io/tenure/test/logbuf"
 )
@@ -56,20 +54,13 @@ func TestInitialElectionTickAdvanceReachesRaft(t *testing.T) {
 		for i := range 3 {
 			tr.cfgs[i].InitialElectionTickAdvance = advance
 			logs[i] = &logbuf.Buffer{}
-			if err := tr.start(i, false, logs[i]); err != nil {
-				t.Fatal(err)
-			}
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: tr.endpoints(), DialTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cli := tr.startAll(logs...)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		if _, err := cli.Put(ctx, "k", "v"); err != nil { // a leader was elected
 			t.Fatal(err)
 		}
 		cancel()
-		cli.Close()
 		for i, l := range logs {
 			// A member checks for its peers every 50 ms for at most 5 s.
 			deadline := time.Now().Add(6 * time.Second)

@@ -143,11 +143,14 @@ type Member struct {
 	ap       *apply.Applier
 	grpcs    []*grpc.Server
 	https    []*http.Server
-	gateway  *gateway
-	health   *health.Server
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
-	stopOnce sync.Once
+	// listeners are the TCP listeners of every listen flag; Stop closes
+	// what they accepted that no server took over (connlistener.go).
+	listeners []*trackingListener
+	gateway   *gateway
+	health    *health.Server
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	stopOnce  sync.Once
 }
 
 var errUnknownNotice = errors.New("empty or unknown notice")
@@ -393,16 +396,15 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 
 	// open binds one URL of a listen flag; on an error it closes what was
 	// bound before it, so a failed start leaves no port taken.
-	var lis []net.Listener
 	open := func(flag, u string, tlsCfg *tls.Config) (net.Listener, error) {
-		l, err := listen(u, tlsCfg)
+		l, tl, err := listen(u, tlsCfg)
 		if err != nil {
-			for _, l := range lis {
+			for _, l := range mem.listeners {
 				_ = l.Close()
 			}
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
-		lis = append(lis, l)
+		mem.listeners = append(mem.listeners, tl)
 		return l, nil
 	}
 	for _, u := range cfg.ListenPeerURLs {
@@ -480,25 +482,26 @@ func Start(cfg Config, lg *slog.Logger) (_ *Member, err error) {
 // listen binds an http:// or https:// URL; https is served with tlsCfg
 // (TLS terminates at the listener, so gRPC and HTTP behind cmux, and the
 // peer gRPC server, see plaintext connections).
-func listen(raw string, tlsCfg *tls.Config) (net.Listener, error) {
+func listen(raw string, tlsCfg *tls.Config) (net.Listener, *trackingListener, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	switch u.Scheme {
-	case "http":
-		return net.Listen("tcp", u.Host)
-	case "https":
-		if tlsCfg == nil {
-			return nil, errors.New("https URL without a certificate: " + raw)
-		}
-		l, err := net.Listen("tcp", u.Host)
-		if err != nil {
-			return nil, err
-		}
-		return tls.NewListener(l, tlsCfg), nil
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, nil, errors.New("URL scheme must be http or https: " + raw)
 	}
-	return nil, errors.New("URL scheme must be http or https: " + raw)
+	if u.Scheme == "https" && tlsCfg == nil {
+		return nil, nil, errors.New("https URL without a certificate: " + raw)
+	}
+	tcp, err := net.Listen("tcp", u.Host)
+	if err != nil {
+		return nil, nil, err
+	}
+	tl := trackConns(tcp)
+	if u.Scheme == "https" {
+		return tls.NewListener(tl, tlsCfg), tl, nil
+	}
+	return tl, tl, nil
 }
 
 // tlsConfigs builds the client and peer listeners' TLS configurations and
@@ -565,6 +568,9 @@ func (m *Member) Stop() {
 		}
 		if m.gateway != nil {
 			m.gateway.close()
+		}
+		for _, l := range m.listeners {
+			l.closeConns()
 		}
 		m.locks.Close() // background deletes of departed waiters' keys
 		m.node.Stop()
