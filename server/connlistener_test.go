@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net"
-	"net/url"
 	"testing"
 	"time"
 )
@@ -23,14 +22,7 @@ func TestStopDoesNotWaitForSilentConnections(t *testing.T) {
 	if _, err := cli.Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	u, err := url.Parse(cfg.AdvertiseClientURLs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	silent, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	silent := dialURL(t, cfg.AdvertiseClientURLs[0])
 	defer silent.Close()
 	stopped := make(chan struct{})
 	go func() { m.Stop(); close(stopped) }()
@@ -40,7 +32,7 @@ func TestStopDoesNotWaitForSilentConnections(t *testing.T) {
 		t.Fatal("Stop still waiting with a silent client connection open")
 	}
 	_ = silent.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, err = silent.Read(make([]byte, 1))
+	_, err := silent.Read(make([]byte, 1))
 	if ne, ok := err.(net.Error); err == nil || ok && ne.Timeout() {
 		t.Fatalf("the silent connection is still open after Stop (read: %v)", err)
 	}

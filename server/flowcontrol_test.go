@@ -17,11 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// grpcPings sends one unary gRPC call over a raw HTTP/2 connection and
-// counts the PING frames the server sends before the call's trailers.
-// gRPC's BDP estimation answers the first DATA frame of a connection with a
-// PING (and a connection WINDOW_UPDATE); with static windows it sends none.
-func grpcPings(t *testing.T, rawURL, path string, msg proto.Message) int {
+// dialURL opens a raw TCP connection to the host of an http:// URL.
+func dialURL(t *testing.T, rawURL string) net.Conn {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -31,6 +28,16 @@ func grpcPings(t *testing.T, rawURL, path string, msg proto.Message) int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// grpcPings sends one unary gRPC call over a raw HTTP/2 connection and
+// counts the PING frames the server sends before the call's trailers.
+// gRPC's BDP estimation answers the first DATA frame of a connection with a
+// PING (and a connection WINDOW_UPDATE); with static windows it sends none.
+func grpcPings(t *testing.T, rawURL, path string, msg proto.Message) int {
+	t.Helper()
+	c := dialURL(t, rawURL)
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
@@ -43,7 +50,7 @@ func grpcPings(t *testing.T, rawURL, path string, msg proto.Message) int {
 	var hb bytes.Buffer
 	enc := hpack.NewEncoder(&hb)
 	for _, f := range [][2]string{
-		{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", u.Host},
+		{":method", "POST"}, {":scheme", "http"}, {":path", path}, {":authority", c.RemoteAddr().String()},
 		{"content-type", "application/grpc"}, {"te", "trailers"},
 	} {
 		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})

@@ -73,8 +73,8 @@ func (n *Node) deliverConfChanges() {
 	n.ccMu.Lock()
 	defer n.ccMu.Unlock()
 	for _, r := range n.ccApplied {
-		if c, ok := n.ccWaiters[r.id]; ok {
-			c <- r.err
+		if w, ok := n.ccWaiters[r.id]; ok {
+			w.done <- r.err
 			delete(n.ccWaiters, r.id)
 		}
 	}

@@ -165,16 +165,13 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 	}
 	id := uint64(time.Now().UnixNano())<<8 | n.ccSeq.Add(1)&0xff
 	cc.Id = new(id)
-	c := make(chan error, 1)
-	dropped := make(chan struct{}, 1)
+	w := ccWaiter{done: make(chan error, 1), dropped: make(chan struct{}, 1)}
 	n.ccMu.Lock()
-	n.ccWaiters[id] = c
-	n.ccDropped[id] = dropped
+	n.ccWaiters[id] = w
 	n.ccMu.Unlock()
 	defer func() {
 		n.ccMu.Lock()
 		delete(n.ccWaiters, id)
-		delete(n.ccDropped, id)
 		n.ccMu.Unlock()
 	}()
 	// Raft replaces a conf change with an empty entry while an earlier one
@@ -195,46 +192,50 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 		retry = t.C
 	}
 	logged := false
-	propose := func(refused bool) error {
+	// waitRefused waits, after a refusal, for more to be applied or a tick.
+	waitRefused := func(appliedc <-chan struct{}) error {
+		if !logged {
+			n.log.Info("membership change waits for an earlier one to be applied", "change", cc.GetType().String(), "member", fmt.Sprintf("%x", cc.GetNodeId()))
+			logged = true
+		}
+		t := time.NewTimer(n.cfg.TickInterval)
+		defer t.Stop()
+		select {
+		case <-appliedc:
+		case <-t.C:
+		case <-ctx.Done():
+			return n.mapErr(ctx, ctx.Err())
+		case <-n.stopc:
+			return ErrStopped
+		}
+		return nil
+	}
+	// propose proposes cc until raft here takes it.
+	propose := func() error {
 		for {
 			_, appliedc := n.appliedWait()
-			if !refused {
-				err := n.rn.ProposeConfChange(ctx, cc)
-				if err == nil {
-					return nil
-				}
-				if !errors.Is(err, errConfChangeDropped) {
-					return n.mapErr(ctx, err)
-				}
+			err := n.rn.ProposeConfChange(ctx, cc)
+			if !errors.Is(err, errConfChangeDropped) {
+				return n.mapErr(ctx, err)
 			}
-			refused = false
-			if !logged {
-				n.log.Info("membership change waits for an earlier one to be applied", "change", cc.GetType().String(), "member", fmt.Sprintf("%x", cc.GetNodeId()))
-				logged = true
+			if err := waitRefused(appliedc); err != nil {
+				return err
 			}
-			t := time.NewTimer(n.cfg.TickInterval)
-			select {
-			case <-appliedc:
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return n.mapErr(ctx, ctx.Err())
-			case <-n.stopc:
-				t.Stop()
-				return ErrStopped
-			}
-			t.Stop()
 		}
 	}
-	if err := propose(false); err != nil {
+	if err := propose(); err != nil {
 		return err
 	}
 	for {
 		select {
-		case err := <-c:
+		case err := <-w.done:
 			return err
-		case <-dropped:
-			if err := propose(true); err != nil {
+		case <-w.dropped:
+			_, appliedc := n.appliedWait()
+			if err := waitRefused(appliedc); err != nil {
+				return err
+			}
+			if err := propose(); err != nil {
 				return err
 			}
 		case <-retry:
@@ -249,11 +250,20 @@ func (n *Node) proposeConfChange(ctx context.Context, cc *raftpb.ConfChange) err
 	}
 }
 
+// ccWaiter is a proposeConfChange caller: done gets the change's outcome
+// once it is applied, dropped a signal when the leader refused it
+// (msgConfChangeDropped).
+type ccWaiter struct {
+	done    chan error
+	dropped chan struct{}
+}
+
 // stepForwardedConfChanges steps at once, not through the proposal buffer,
 // the conf changes in a proposal a follower forwarded to this leader, so
 // that raft's refusal is seen while the entry still says which change it
 // was, and tells that follower (msgConfChangeDropped). It returns m with
-// its other entries, or nil when none are left.
+// its other entries, or nil when none are left. It never waits: it runs
+// on the peer stream's reader.
 func (n *Node) stepForwardedConfChanges(m *raftpb.Message) *raftpb.Message {
 	ents := m.GetEntries()
 	if !slices.ContainsFunc(ents, isConfChange) {
@@ -266,13 +276,9 @@ func (n *Node) stepForwardedConfChanges(m *raftpb.Message) *raftpb.Message {
 			continue
 		}
 		id := confChangeID(e)
-		p := &raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{e}}
-		err := n.rn.stepProposal(p) // never waits: this is the peer stream's reader
-		n.rn.poke()                 // the Ready loop sends the entry
-		if err != nil {
-			continue // lost like any forwarded proposal: see proposeConfChange
-		}
-		if id != 0 && !isConfChange(p.GetEntries()[0]) {
+		err := n.rn.StepConfChangeNow(&raftpb.Message{Type: raftpb.MsgProp.Enum(), Entries: []*raftpb.Entry{e}})
+		// Any other error loses it like any forwarded proposal: see proposeConfChange.
+		if errors.Is(err, errConfChangeDropped) && id != 0 {
 			var ctx [8]byte
 			binary.BigEndian.PutUint64(ctx[:], id)
 			n.tr.Send([]*raftpb.Message{{Type: msgConfChangeDropped.Enum(), To: new(m.GetFrom()), From: new(n.id), Context: ctx[:]}})
@@ -305,9 +311,9 @@ func (n *Node) confChangeDropped(m *raftpb.Message) {
 	id := binary.BigEndian.Uint64(m.GetContext())
 	n.ccMu.Lock()
 	defer n.ccMu.Unlock()
-	if c, ok := n.ccDropped[id]; ok {
+	if w, ok := n.ccWaiters[id]; ok {
 		select {
-		case c <- struct{}{}:
+		case w.dropped <- struct{}{}:
 		default:
 		}
 	}

@@ -92,9 +92,8 @@ type Node struct {
 	members      map[uint64]*Member
 	removedIDs   map[uint64]bool // members removed from the cluster (membersMu)
 	ccMu         sync.Mutex
-	ccWaiters    map[uint64]chan error
-	ccDropped    map[uint64]chan struct{} // a change the leader refused (msgConfChangeDropped), by Id (ccMu)
-	ccApplied    []ccResult               // applied, answered after raft's Advance (ccMu)
+	ccWaiters    map[uint64]ccWaiter // by the change's Id (ccMu)
+	ccApplied    []ccResult          // applied, answered after raft's Advance (ccMu)
 	ccSeq        atomic.Uint64
 	readc        chan struct{}
 	readMu       sync.Mutex
@@ -145,8 +144,7 @@ func New(cfg Config) (*Node, error) {
 		fwdPropc:   make(chan *raftpb.Message, 1024),
 		members:    map[uint64]*Member{},
 		knownPeers: map[uint64]bool{},
-		ccWaiters:  map[uint64]chan error{},
-		ccDropped:  map[uint64]chan struct{}{},
+		ccWaiters:  map[uint64]ccWaiter{},
 		readc:      make(chan struct{}, 1),
 		readStatec: make(chan raft.ReadState, 64),
 		stopc:      make(chan struct{}),
@@ -432,8 +430,8 @@ func (n *Node) Stop() {
 			n.unsavedHS = nil
 		}
 		n.ccMu.Lock()
-		for id, c := range n.ccWaiters {
-			c <- ErrStopped
+		for id, w := range n.ccWaiters {
+			w.done <- ErrStopped
 			delete(n.ccWaiters, id)
 		}
 		n.ccMu.Unlock()

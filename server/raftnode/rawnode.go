@@ -111,6 +111,25 @@ func (r *rawNode) ProposeConfChange(ctx context.Context, cc raftpb.ConfChangeI) 
 	if err := r.propose(ctx, m); err != nil {
 		return err
 	}
+	return swapped(m)
+}
+
+// StepConfChangeNow steps m, a proposal holding one conf change a follower
+// forwarded, without waiting for a leader (raft.ErrProposalDropped with
+// none), and wakes the Ready loop to send it. On the leader raft's refusal
+// is errConfChangeDropped, as for ProposeConfChange.
+func (r *rawNode) StepConfChangeNow(m *raftpb.Message) error {
+	err := r.stepProposal(m)
+	r.poke()
+	if err != nil {
+		return err
+	}
+	return swapped(m)
+}
+
+// swapped is errConfChangeDropped when raft, stepping m, replaced its conf
+// change with an empty entry.
+func swapped(m *raftpb.Message) error {
 	if m.GetEntries()[0].GetType() == raftpb.EntryNormal {
 		return errConfChangeDropped
 	}
