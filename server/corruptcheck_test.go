@@ -88,6 +88,23 @@ func (tr *trio) startAll(logs ...*logbuf.Buffer) *clientv3.Client {
 	return cli
 }
 
+// putOnce puts key until one put succeeds: right after the members start,
+// a put fails with "request timed out" (the trio's 3 s) while the first
+// election runs late on a loaded machine. It fails the test at ctx's end.
+func (tr *trio) putOnce(ctx context.Context, cli *clientv3.Client, key string) {
+	for {
+		_, err := cli.Put(ctx, key, "v")
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			tr.t.Fatalf("no put succeeded: %v", err)
+		case <-time.After(10 * time.Millisecond): // a failure without a leader is quick
+		}
+	}
+}
+
 func (tr *trio) stop(i int) {
 	tr.members[i].Stop()
 	tr.members[i] = nil

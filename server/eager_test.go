@@ -16,9 +16,7 @@ func TestFirstWatchOnAFollowerTellsTheLeaderAtOnce(t *testing.T) {
 	cli := tr.startAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := cli.Put(ctx, "k", "v"); err != nil { // a leader was elected
-		t.Fatal(err)
-	}
+	tr.putOnce(ctx, cli, "k") // a leader was elected
 	f := -1
 	for i, m := range tr.members {
 		if st := m.node.Status(); st.Leader != 0 && st.Leader != m.node.ID() {

@@ -57,9 +57,7 @@ func TestInitialElectionTickAdvanceReachesRaft(t *testing.T) {
 		}
 		cli := tr.startAll(logs...)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		if _, err := cli.Put(ctx, "k", "v"); err != nil { // a leader was elected
-			t.Fatal(err)
-		}
+		tr.putOnce(ctx, cli, "k") // a leader was elected
 		cancel()
 		for i, l := range logs {
 			// A member checks for its peers every 50 ms for at most 5 s.
