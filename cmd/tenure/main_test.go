@@ -158,6 +158,25 @@ func TestParseServeConfig(t *testing.T) {
 			wantErr: []string{"unknown flag: --no-such-flag"},
 		},
 		{
+			name:    "a path flag given another flag as its value",
+			args:    []string{"--data-dir", "--help"},
+			wantErr: []string{`--data-dir: got "--help", which is spelled like a flag: its value is missing`},
+		},
+		{
+			name:    "the same from the environment",
+			env:     map[string]string{"TENURE_WAL_DIR": "--name=x"},
+			wantErr: []string{`--wal-dir: got "--name=x"`},
+		},
+		{
+			name: "a path starting with dashes written as ./",
+			args: []string{"--data-dir", "./--help"},
+			check: func(t *testing.T, c server.Config) {
+				if c.DataDir != "./--help" {
+					t.Errorf("data dir %q", c.DataDir)
+				}
+			},
+		},
+		{
 			name:    "positional argument",
 			args:    []string{"extra"},
 			wantErr: []string{"serve takes no arguments"},
