@@ -33,6 +33,8 @@ func TestSnapshotCommandErrors(t *testing.T) {
 			"--initial-cluster", "a=http://127.0.0.1:2380", "--initial-advertise-peer-urls", "http://127.0.0.1:2390"}, "does not match"},
 		{"restore: not a snapshot", []string{"snapshot", "restore", notSnap, "--data-dir", filepath.Join(dir, "r3")}, "not a Tenure snapshot file"},
 		{"restore: used data dir", []string{"snapshot", "restore", notSnap, "--data-dir", used}, "exists and is not empty"},
+		{"restore: data dir given a flag", []string{"snapshot", "restore", notSnap, "--data-dir", "--name=a"},
+			`--data-dir: got "--name=a", which is spelled like a flag`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := run(t, nil, tc.args...)
