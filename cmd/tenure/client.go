@@ -53,7 +53,7 @@ func withClientFlags(a *app, g *globalFlags, cmd *cobra.Command) *cobra.Command 
 			}
 			return "--" + flag
 		}
-		var errs []error
+		errs := flagsGivenAFlag(c.Flags()) // as serve does (serve.go)
 		if g.writeOut != "simple" && g.writeOut != "json" {
 			errs = append(errs, fmt.Errorf("%s: unsupported output format %q (want simple or json)", name("write-out"), g.writeOut))
 		}

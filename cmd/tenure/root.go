@@ -83,14 +83,6 @@ func newRootCmd(a *app) *cobra.Command {
 		SilenceErrors:     true,
 		SilenceUsage:      true,
 		CompletionOptions: cobra.CompletionOptions{DisableDefaultCmd: true},
-		// A value spelled like a flag is refused for every command
-		// (flagsGivenAFlag); serve checks it with its environment applied.
-		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Name() == "serve" {
-				return nil
-			}
-			return errors.Join(flagsGivenAFlag(cmd.Flags())...)
-		},
 	}
 	root.SetIn(a.stdin)
 	root.SetOut(a.stdout)
