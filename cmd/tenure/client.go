@@ -53,7 +53,7 @@ func withClientFlags(a *app, g *globalFlags, cmd *cobra.Command) *cobra.Command 
 			}
 			return "--" + flag
 		}
-		errs := flagsGivenAFlag(c.Flags()) // as serve does (serve.go)
+		errs := flagsGivenAFlag(c.Flags(), name)
 		if g.writeOut != "simple" && g.writeOut != "json" {
 			errs = append(errs, fmt.Errorf("%s: unsupported output format %q (want simple or json)", name("write-out"), g.writeOut))
 		}

@@ -163,9 +163,9 @@ func TestParseServeConfig(t *testing.T) {
 			wantErr: []string{`--data-dir: got "--help", which is spelled like a flag: its value is missing`},
 		},
 		{
-			name:    "the same from the environment",
-			env:     map[string]string{"TENURE_WAL_DIR": "--name=x"},
-			wantErr: []string{`--wal-dir: got "--name=x"`},
+			name:    "the same from the environment, naming the variable",
+			env:     map[string]string{"TENURE_WAL_DIR": "--name=x", "ETCD_DATA_DIR": "--help"},
+			wantErr: []string{`TENURE_WAL_DIR: got "--name=x"`, `ETCD_DATA_DIR: got "--help"`},
 		},
 		{
 			name: "a path starting with dashes written as ./",

@@ -108,6 +108,22 @@ func newRootCmd(a *app) *cobra.Command {
 	return root
 }
 
+// flagsGivenAFlag refuses a text flag whose value is spelled like a flag:
+// the parser takes the word after a flag as its value whatever it is, so
+// "--data-dir --help" would start a member on a new data directory named
+// "--help" instead of printing help. Such a value is almost always a value
+// left out; a path that really starts with "--" can be written "./--name".
+// name says where a flag's value came from (the flag or a variable).
+func flagsGivenAFlag(fs *pflag.FlagSet, name func(flag string) string) []error {
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if v := f.Value.String(); f.Value.Type() == "string" && strings.HasPrefix(v, "--") {
+			errs = append(errs, fmt.Errorf("%s: got %q, which is spelled like a flag: its value is missing (a path that starts with \"--\" can be written \"./%s\")", name(f.Name), v, v))
+		}
+	})
+	return errs
+}
+
 // envName is the environment variable for a flag: TENURE_ + upper case,
 // '-' → '_'.
 func envName(flag string) string { return prefixedEnvName(envPrefix, flag) }

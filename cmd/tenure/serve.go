@@ -190,7 +190,7 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 	for name := range fromEnv {
 		setBefore[name] = envName(name)
 	}
-	etcdWarnings, _, err := applyEnvPrefix(fs, flagNames(fs), env, etcdEnvPrefix, setBefore)
+	etcdWarnings, fromEtcdEnv, err := applyEnvPrefix(fs, flagNames(fs), env, etcdEnvPrefix, setBefore)
 	warnings = append(warnings, etcdWarnings...)
 	if err != nil {
 		return server.Config{}, warnings, err
@@ -204,7 +204,15 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 		*p = slices.Clone(*p)
 	}
 	cfg.ApplyDefaults()
-	errs := flagsGivenAFlag(fs)
+	errs := flagsGivenAFlag(fs, func(flag string) string {
+		switch {
+		case fromEnv[flag]:
+			return envName(flag)
+		case fromEtcdEnv[flag]:
+			return prefixedEnvName(etcdEnvPrefix, flag)
+		}
+		return "--" + flag
+	})
 	if o.gcMinHeap < 0 {
 		errs = append(errs, fmt.Errorf("--gc-min-heap-bytes: must be >= 0 (0 turns it off), got %d", o.gcMinHeap))
 	}
@@ -215,21 +223,6 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 		return cfg, warnings, err
 	}
 	return cfg, warnings, nil
-}
-
-// flagsGivenAFlag refuses a string flag whose value is spelled like a flag:
-// the parser takes the word after a flag as its value whatever it is, so
-// "--data-dir --help" would start a member on a new data directory named
-// "--help" instead of printing help. Such a value is almost always a value
-// left out; a path that really starts with "--" can be written "./--name".
-func flagsGivenAFlag(fs *pflag.FlagSet) []error {
-	var errs []error
-	fs.VisitAll(func(f *pflag.Flag) {
-		if v := f.Value.String(); f.Value.Type() == "string" && strings.HasPrefix(v, "--") {
-			errs = append(errs, fmt.Errorf("--%s: got %q, which is spelled like a flag: its value is missing (a path that starts with \"--\" can be written \"./%s\")", f.Name, v, v))
-		}
-	})
-	return errs
 }
 
 // parseServeConfig parses `tenure serve` arguments and environment (env is
