@@ -500,6 +500,22 @@ func (a *Applier) ApplyEntry(b *pebble.Batch, index, term uint64, data []byte) {
 	}
 }
 
+// awaited reports whether a caller on this member waits for request id's
+// result (it proposed the request and has not given up, or left a function
+// for it).
+func (a *Applier) awaited(id uint64) bool {
+	if id == 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.waits[id]; ok {
+		return true
+	}
+	_, ok := a.orphans[id]
+	return ok
+}
+
 func (a *Applier) stage(id uint64, res Result) {
 	if id != 0 {
 		a.stagedRes = append(a.stagedRes, staged{id: id, res: res})
@@ -551,6 +567,13 @@ func (a *Applier) applyEtcd(b *pebble.Batch, index uint64, r *pb.InternalRaftReq
 		return Result{Resp: resp}
 	case r.Txn != nil:
 		t := a.kv.Begin(b, a.lessor)
+		if !a.awaited(r.ID) {
+			// Every member applies the txn, but only the one that proposed it
+			// answers; elsewhere the values its ranges would read (a storage
+			// seek each: clientv3's Mutex reads the lock's owner in every
+			// acquire) go nowhere.
+			t.DiscardRangeValues()
+		}
 		resp, err := t.Txn(r.Txn)
 		rev := a.end(t)
 		if err != nil {

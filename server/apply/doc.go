@@ -23,7 +23,10 @@
 // the store) publishes the revision, feeds the watch hub in revision order and
 // answers the proposers waiting on this member. Nothing in ApplyEntry reads a
 // clock or a random source, or iterates a map, so every member computes the
-// same state from the same log.
+// same state from the same log. The one local fact it consults is whether a
+// caller here waits for a txn's result: where none does, the txn's ranges
+// load no values (mvcc.Txn.DiscardRangeValues), which changes only a
+// response nobody reads.
 //
 // Proposers either wait (Do, DoLock, Renew) or take a Call (StartLock) and
 // wait on its channel in a select of their own; a caller that stops waiting

@@ -28,7 +28,10 @@
 // walk the index instead of the version records and load only the values
 // they return: inside a Txn the write side's index itself, for readers a
 // copy-on-write clone that Publish makes while reads keep asking for one.
-// Ranges at older revisions scan the version records.
+// Ranges at older revisions scan the version records. A Txn told that its
+// range results go nowhere (DiscardRangeValues: the apply loop on a member
+// that did not propose the request) walks the index as always but loads
+// no values.
 //
 // Several Begin/End pairs may stage into one batch before it is committed:
 // the store keeps a staged revision apart from the published one. If a

@@ -31,6 +31,9 @@ type Txn struct {
 	dirty  bool // batch changed since it was last refreshed
 	events []*mvccpb.Event
 	buf    []byte
+	// unread: the caller throws the results of this txn's ranges away
+	// (DiscardRangeValues), so ranges load no values.
+	unread bool
 }
 
 // Begin starts a write transaction on b (which must come from
@@ -38,6 +41,15 @@ type Txn struct {
 func (s *Store) Begin(b *pebble.Batch, leases LeaseIndex) *Txn {
 	return &Txn{s: s, b: b, leases: leases, base: s.staged}
 }
+
+// DiscardRangeValues tells t that nobody will read the values its ranges
+// return (a Txn's ranges included): the apply loop calls it on a member where
+// no caller waits for the request's response. Ranges still check their
+// revision and walk the index, so they fail, and a Txn with them changes
+// the store, exactly as they would otherwise; only the values, which on a
+// busy store cost a storage seek each, are left out. Compares, prev_kv and
+// events are unchanged.
+func (t *Txn) DiscardRangeValues() { t.unread = true }
 
 // viewRev is the revision reads in this txn see: the staged revision, plus
 // one once this txn has changed something.
@@ -109,7 +121,11 @@ func (t *Txn) Range(req *pb.RangeRequest) (*pb.RangeResponse, error) {
 	resp := &pb.RangeResponse{}
 	if readRev == view {
 		// the index is exactly the txn's view
-		if resp, err = rangeIndexed(t.s.index, req, t.loadValues); err != nil {
+		load := t.loadValues
+		if t.unread {
+			load = func([]*mvccpb.KeyValue) error { return nil }
+		}
+		if resp, err = rangeIndexed(t.s.index, req, load); err != nil {
 			return nil, err
 		}
 	} else if lo, hi, ok := kvBounds(req.Key, req.RangeEnd); ok {

@@ -418,3 +418,57 @@ func TestDeleteAt(t *testing.T) {
 		t.Fatal("key still there after DeleteAt")
 	}
 }
+
+// A txn whose range results nobody reads (DiscardRangeValues: a member that
+// did not propose the request) leaves the values out and nothing else: the
+// same keys and metadata, the same writes, events and revision, and the same
+// errors as the txn that loads them.
+func TestTxnDiscardRangeValues(t *testing.T) {
+	req := &pb.TxnRequest{
+		Compare: []*pb.Compare{{Key: []byte("a"), Target: pb.Compare_VALUE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Value{Value: []byte("1")}}},
+		Success: []*pb.RequestOp{putOp("a", "2"), getOp("a", "c"), putOp("b", "3")},
+	}
+	type outcome struct{ ranged, events, state string }
+	run := func(discard bool) outcome {
+		e := newEnv(t)
+		e.put("a", "1")
+		e.put("b", "1")
+		var resp *pb.TxnResponse
+		_, evs, err := e.apply(func(tx *Txn) error {
+			if discard {
+				tx.DiscardRangeValues()
+			}
+			var err error
+			resp, err = tx.Txn(req)
+			return err
+		})
+		if err != nil || !resp.Succeeded {
+			t.Fatalf("discard=%v: %v %v", discard, resp, err)
+		}
+		// A range the txn cannot serve fails the txn either way, before it
+		// writes anything.
+		_, _, err = e.apply(func(tx *Txn) error {
+			if discard {
+				tx.DiscardRangeValues()
+			}
+			_, err := tx.Txn(&pb.TxnRequest{Success: []*pb.RequestOp{putOp("z", "x"),
+				{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 99}}}}})
+			return err
+		})
+		if !errors.Is(err, ErrFutureRev) {
+			t.Fatalf("discard=%v: future-revision range in a txn: %v", discard, err)
+		}
+		return outcome{kvsString(resp.Responses[1].GetResponseRange().Kvs), evString(evs),
+			kvsString(e.get(&pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}}).Kvs)}
+	}
+	loaded, discarded := run(false), run(true)
+	if loaded.ranged != `"a"="2"@2/4/2 "b"="1"@3/3/1` {
+		t.Fatalf("loaded range: %s", loaded.ranged)
+	}
+	if discarded.ranged != `"a"=""@2/4/2 "b"=""@3/3/1` {
+		t.Fatalf("discarded range: %s", discarded.ranged)
+	}
+	if loaded.events != discarded.events || loaded.state != discarded.state {
+		t.Fatalf("discarding values changed the txn's effects:\n%+v\n%+v", loaded, discarded)
+	}
+}
