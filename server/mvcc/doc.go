@@ -19,7 +19,9 @@
 // consistent, and never see an unpublished revision.
 //
 // The write side keeps an in-memory index of every live key's newest version
-// (create/mod revision, version, lease; no value), a B-tree in key order,
+// (create/mod revision, version, lease, and whether the value is empty, so an
+// empty value, as every lock queue key has, is never read from storage; no
+// value otherwise), a B-tree in key order,
 // rebuilt at Open and Reload. A put or delete takes the previous version's
 // metadata from it and reads the previous value only when asked (prev_kv,
 // ignore_value, a VALUE compare). So events from End carry PrevKv with a nil

@@ -15,9 +15,14 @@ import (
 )
 
 // keyMeta is what the write side needs of a live key's newest version to
-// write the next one: everything but the value.
+// write the next one: everything but the value, and whether that is empty.
 type keyMeta struct {
 	create, mod, version, lease int64
+	// empty: the value is empty, so there is nothing to load. Lock and
+	// election queue keys (clientv3's Mutex, v3lock, the lock service) are
+	// all empty, and clientv3's Mutex reads its lock's owner in every
+	// acquire: without this each such read was a storage seek.
+	empty bool
 }
 
 // The latest-version index (Store.index) maps every live key to its newest
@@ -206,7 +211,7 @@ func (s *Store) indexGet(key []byte) (keyMeta, bool) {
 
 // indexPut records kv as key's newest version.
 func (s *Store) indexPut(kv *mvccpb.KeyValue) {
-	s.index.ReplaceOrInsert(indexItem{string(kv.Key), keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease}})
+	s.index.ReplaceOrInsert(indexItem{string(kv.Key), keyMeta{kv.CreateRevision, kv.ModRevision, kv.Version, kv.Lease, len(kv.Value) == 0}})
 }
 
 // indexDelete forgets key (its newest version is a tombstone).
@@ -229,9 +234,14 @@ func ascendIndex(idx *btree.BTreeG[indexItem], key, end []byte, fn func(indexIte
 }
 
 // metaKV turns an index entry into a KeyValue whose Value is nil: "not
-// loaded". Loaded values are never nil (decodeKV guarantees it).
+// loaded" (loaded values are never nil: decodeKV guarantees it), or, when
+// the value is empty, an empty one: nothing is left to load.
 func metaKV(key []byte, m keyMeta) *mvccpb.KeyValue {
-	return &mvccpb.KeyValue{Key: key, CreateRevision: m.create, ModRevision: m.mod, Version: m.version, Lease: m.lease}
+	kv := &mvccpb.KeyValue{Key: key, CreateRevision: m.create, ModRevision: m.mod, Version: m.version, Lease: m.lease}
+	if m.empty {
+		kv.Value = []byte{}
+	}
+	return kv
 }
 
 // loadValues fills the values of kvs (versions seen through the txn's

@@ -261,7 +261,7 @@ func TestPartialDecodersMatchDecodeKV(t *testing.T) {
 			t.Fatal(err)
 		}
 		m, err := decodeMeta(rec)
-		if err != nil || m != (keyMeta{want.CreateRevision, want.ModRevision, want.Version, want.Lease}) {
+		if err != nil || m != (keyMeta{want.CreateRevision, want.ModRevision, want.Version, want.Lease, len(want.Value) == 0}) {
 			t.Fatalf("decodeMeta(%v) = %+v, %v", kv, m, err)
 		}
 		v, err := decodeValue(rec)

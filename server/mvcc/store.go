@@ -315,6 +315,9 @@ func decodeRecord(v []byte, m *keyMeta, val *[]byte) error {
 		return errors.New("tenure: mvcc: corrupt version record: not a put")
 	}
 	b := v[1:]
+	if m != nil {
+		m.empty = true // proto3 leaves an empty value out
+	}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -338,13 +341,18 @@ func decodeRecord(v []byte, m *keyMeta, val *[]byte) error {
 			case 6:
 				m.lease = int64(x)
 			}
-		case val != nil && typ == protowire.BytesType && num == 5:
+		case (val != nil || m != nil) && typ == protowire.BytesType && num == 5:
 			f, k := protowire.ConsumeBytes(b)
 			if k < 0 {
 				return fmt.Errorf("tenure: mvcc: corrupt version record: %w", protowire.ParseError(k))
 			}
 			b = b[k:]
-			*val = append((*val)[:0], f...)
+			if val != nil {
+				*val = append((*val)[:0], f...)
+			}
+			if m != nil {
+				m.empty = len(f) == 0
+			}
 		default:
 			k := protowire.ConsumeFieldValue(num, typ, b)
 			if k < 0 {

@@ -3,9 +3,11 @@ package mvcc
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -470,5 +472,46 @@ func TestTxnDiscardRangeValues(t *testing.T) {
 	}
 	if loaded.events != discarded.events || loaded.state != discarded.state {
 		t.Fatalf("discarding values changed the txn's effects:\n%+v\n%+v", loaded, discarded)
+	}
+}
+
+// An empty value is known from the index alone, written or rebuilt at
+// open: reading it (a range in a txn, clientv3's Mutex reading its lock's
+// owner) reads no version record. Shown by removing the records behind the
+// store's back: the empty key still reads, the other one cannot.
+func TestEmptyValueNeedsNoStorageRead(t *testing.T) {
+	for _, reopen := range []bool{false, true} {
+		e := newEnv(t)
+		revEmpty := e.put("empty", "")
+		revFull := e.put("full", "x")
+		if reopen {
+			e.reopen() // the index comes from the records now
+		}
+		for _, k := range []struct {
+			key string
+			rev int64
+		}{{"empty", revEmpty}, {"full", revFull}} {
+			if err := e.db.Delete(appendVersionKey(nil, []byte(k.key), k.rev), pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		read := func(key string) (*pb.RangeResponse, error) {
+			var rr *pb.RangeResponse
+			_, _, err := e.apply(func(tx *Txn) error {
+				resp, err := tx.Txn(&pb.TxnRequest{Success: []*pb.RequestOp{getOp(key, "")}})
+				if err == nil {
+					rr = resp.Responses[0].GetResponseRange()
+				}
+				return err
+			})
+			return rr, err
+		}
+		rr, err := read("empty")
+		if err != nil || len(rr.Kvs) != 1 || rr.Kvs[0].Value == nil || len(rr.Kvs[0].Value) != 0 {
+			t.Fatalf("reopen=%v: empty key: %v, %v", reopen, rr, err)
+		}
+		if _, err := read("full"); err == nil || !strings.Contains(err.Error(), "missing") {
+			t.Fatalf("reopen=%v: a key whose record is gone read without error (%v): the test reads nothing", reopen, err)
+		}
 	}
 }
