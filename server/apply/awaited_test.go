@@ -58,8 +58,18 @@ func TestTxnRangeValuesReadOnlyWhereAwaited(t *testing.T) {
 			t.Errorf("awaited(%d) = %v, want %v", tc.id, got, tc.want)
 		}
 	}
-	// Applying another member's txn (nobody waits here) still applies.
-	h.apply(rangeTxnEntry(t, h.a.nextID(), "k"))
+	// Another member's txn (nobody waits here) still writes what it writes.
+	body, err := proto.Marshal(&pb.InternalRaftRequest{ID: h.a.nextID(), Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}},
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k2"), Value: []byte("w")}}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.apply(append([]byte{KindEtcd}, body...))
+	got, err := h.a.kv.Range(&pb.RangeRequest{Key: []byte("k2")})
+	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" {
+		t.Fatalf("another member's txn did not write k2: %v, %v", got, err)
+	}
 	if h.tracked() != 1 {
 		t.Fatalf("tracked requests: %d, want the orphan alone", h.tracked())
 	}
