@@ -47,12 +47,7 @@ func withClientFlags(a *app, g *globalFlags, cmd *cobra.Command) *cobra.Command 
 			return err
 		}
 		// name says where a bad value came from.
-		name := func(flag string) string {
-			if fromEnv[flag] {
-				return envName(flag)
-			}
-			return "--" + flag
-		}
+		name := func(flag string) string { return flagSource(flag, fromEnv, nil) }
 		errs := flagsGivenAFlag(c.Flags(), name)
 		if g.writeOut != "simple" && g.writeOut != "json" {
 			errs = append(errs, fmt.Errorf("%s: unsupported output format %q (want simple or json)", name("write-out"), g.writeOut))

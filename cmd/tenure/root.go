@@ -124,6 +124,19 @@ func flagsGivenAFlag(fs *pflag.FlagSet, name func(flag string) string) []error {
 	return errs
 }
 
+// flagSource names where flag's value came from, for an error about it:
+// the TENURE_ variable (when fromEnv has it), the ETCD_ one (fromEtcdEnv,
+// may be nil) or the flag itself.
+func flagSource(flag string, fromEnv, fromEtcdEnv map[string]bool) string {
+	switch {
+	case fromEnv[flag]:
+		return envName(flag)
+	case fromEtcdEnv[flag]:
+		return prefixedEnvName(etcdEnvPrefix, flag)
+	}
+	return "--" + flag
+}
+
 // envName is the environment variable for a flag: TENURE_ + upper case,
 // '-' → '_'.
 func envName(flag string) string { return prefixedEnvName(envPrefix, flag) }

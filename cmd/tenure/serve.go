@@ -204,15 +204,7 @@ func (o *serveFlags) finish(fs *pflag.FlagSet, env func(string) string) (server.
 		*p = slices.Clone(*p)
 	}
 	cfg.ApplyDefaults()
-	errs := flagsGivenAFlag(fs, func(flag string) string {
-		switch {
-		case fromEnv[flag]:
-			return envName(flag)
-		case fromEtcdEnv[flag]:
-			return prefixedEnvName(etcdEnvPrefix, flag)
-		}
-		return "--" + flag
-	})
+	errs := flagsGivenAFlag(fs, func(flag string) string { return flagSource(flag, fromEnv, fromEtcdEnv) })
 	if o.gcMinHeap < 0 {
 		errs = append(errs, fmt.Errorf("--gc-min-heap-bytes: must be >= 0 (0 turns it off), got %d", o.gcMinHeap))
 	}

@@ -1,16 +1,22 @@
 package apply
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/tenure-io/tenure/server/storage"
 )
 
-func rangeTxnEntry(t *testing.T, id uint64, key string) []byte {
+// rangeThenPutEntry is a txn that reads key, then writes put=w.
+func rangeThenPutEntry(t *testing.T, id uint64, key, put string) []byte {
 	t.Helper()
-	body, err := proto.Marshal(&pb.InternalRaftRequest{ID: id, Header: &pb.RequestHeader{ID: id}, Txn: &pb.TxnRequest{
-		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(key)}}}}}})
+	body, err := proto.Marshal(&pb.InternalRaftRequest{ID: id, Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte(key)}}},
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(put), Value: []byte("w")}}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +35,7 @@ func TestTxnRangeValuesReadOnlyWhereAwaited(t *testing.T) {
 	if !h.a.awaited(id) {
 		t.Fatal("a request with a waiting caller is not awaited")
 	}
-	h.apply(rangeTxnEntry(t, id, "k"))
+	h.apply(rangeThenPutEntry(t, id, "k", "k1"))
 	res := <-ch
 	txn, _ := res.Resp.(*pb.TxnResponse)
 	if res.Err != nil || txn == nil {
@@ -59,18 +65,42 @@ func TestTxnRangeValuesReadOnlyWhereAwaited(t *testing.T) {
 		}
 	}
 	// Another member's txn (nobody waits here) still writes what it writes.
-	body, err := proto.Marshal(&pb.InternalRaftRequest{ID: h.a.nextID(), Txn: &pb.TxnRequest{Success: []*pb.RequestOp{
-		{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("k")}}},
-		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k2"), Value: []byte("w")}}}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.apply(append([]byte{KindEtcd}, body...))
+	h.apply(rangeThenPutEntry(t, h.a.nextID(), "k", "k2"))
 	got, err := h.a.kv.Range(&pb.RangeRequest{Key: []byte("k2")})
 	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "w" {
 		t.Fatalf("another member's txn did not write k2: %v, %v", got, err)
 	}
 	if h.tracked() != 1 {
 		t.Fatalf("tracked requests: %d, want the orphan alone", h.tracked())
+	}
+}
+
+// The apply loop itself skips the values where nobody waits: with the
+// version records removed behind the store's back, a txn that reads k and
+// then writes k2 fails on the member that awaits it (its range must load k's
+// value) and still writes k2 on a member where nobody waits.
+func TestApplySkipsRangeValuesNobodyAwaits(t *testing.T) {
+	h := newApplyHarness(t)
+	h.apply(putEntry(t, 0, "k"))
+	if err := h.a.db.DeleteRange([]byte{storage.PrefixKV}, []byte{storage.PrefixKV + 1}, pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	written := func(key string) bool {
+		got, err := h.a.kv.Range(&pb.RangeRequest{Key: []byte(key)})
+		return err == nil && len(got.Kvs) == 1
+	}
+
+	id := h.a.nextID()
+	ch := h.a.expect(id)
+	h.apply(rangeThenPutEntry(t, id, "k", "mine"))
+	if res := <-ch; res.Err == nil || !strings.Contains(res.Err.Error(), "missing") {
+		t.Fatalf("the awaited txn read k without its record (%v): the test removes nothing", res.Err)
+	}
+	if written("mine") {
+		t.Fatal("the awaited txn failed and still wrote")
+	}
+	h.apply(rangeThenPutEntry(t, h.a.nextID(), "k", "theirs"))
+	if !written("theirs") {
+		t.Fatal("a txn nobody awaits here loaded the values of its range")
 	}
 }
