@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"testing"
 	"time"
@@ -12,14 +13,25 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
+// freePort returns a loopback port nothing listens on, for a member started
+// later. It picks below Linux's ephemeral range (32768 and up): a port the
+// kernel handed out for ":0" could meanwhile be taken as the local port of
+// one of the test's own outgoing connections, and the member's bind then
+// failed with "address already in use" (seen once in CI, in
+// TestInitialCorruptCheckRefusesADivergedMember).
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 1000 {
+		port := 20000 + rand.IntN(32768-20000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free loopback port in 20000-32767")
+	return 0
 }
 
 // startSingle runs an in-process single-member server and returns a client.
